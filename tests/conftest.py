@@ -1,0 +1,46 @@
+"""Shared fixtures: the real-circuit corpus (skipped where ../shared is absent) and the snarkjs oracle."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+SNARKJS = REPO / "tests" / "oracle" / "node_modules" / ".bin" / "snarkjs"
+
+CORPUS_CIRCUITS = sorted(p.name for p in CORPUS.iterdir() if (p / "circuit.zkey").exists()) if CORPUS.is_dir() else []
+
+
+def corpus_dir(name: str) -> Path:
+    d = CORPUS / name
+    if not (d / "circuit.zkey").exists():
+        pytest.skip(f"corpus circuit {name} not available (../shared/corpus)")
+    return d
+
+
+@pytest.fixture(params=CORPUS_CIRCUITS or [pytest.param(None, marks=pytest.mark.skip(reason="no ../shared/corpus"))])
+def corpus_circuit(request) -> Path:
+    """Each corpus circuit directory in turn."""
+    return corpus_dir(request.param)
+
+
+def snarkjs_available() -> bool:
+    return SNARKJS.exists() and shutil.which("node") is not None
+
+
+def snarkjs_verify(vkey: Path, public: Path, proof: Path) -> bool:
+    """True when `snarkjs groth16 verify` accepts the proof."""
+    if not snarkjs_available():
+        pytest.skip("snarkjs oracle not installed (npm install --prefix tests/oracle)")
+    res = subprocess.run([str(SNARKJS), "groth16", "verify", str(vkey), str(public), str(proof)], capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    return res.returncode == 0 and "OK" in out
+
+
+def load_json(p: Path):
+    return json.loads(Path(p).read_text())
