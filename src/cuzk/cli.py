@@ -1,0 +1,124 @@
+"""The `cuzk` command line. Subcommands keep snarkjs's argument order so scripts switch easily."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def _cmd_prove(args: argparse.Namespace) -> int:
+    from .backends import get_backend
+    from .formats.json_io import write_proof, write_public
+    from .formats.r1cs import read_r1cs
+    from .formats.wtns import read_wtns
+    from .formats.zkey import read_zkey
+    from .prover.groth16 import prove
+    from .prover.verify import verify, vkey_from_zkey
+
+    t0 = time.perf_counter()
+    zkey = read_zkey(args.zkey)
+    witness = read_wtns(args.wtns)
+    r1cs = read_r1cs(args.r1cs) if args.r1cs else None
+    backend = get_backend(args.backend)
+    t_load = time.perf_counter() - t0
+    proof = prove(backend, zkey, witness, r1cs=r1cs)
+    timings = {"load": t_load, **proof.timings}
+    if args.verify:
+        t = time.perf_counter()
+        ok = verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+        timings["verify"] = time.perf_counter() - t
+        if not ok:
+            print("error: the proof does not verify against the key's verification data; nothing written "
+                  "(corrupted key or wrong witness?)", file=sys.stderr)
+            return 1
+    write_proof(args.proof, proof)
+    write_public(args.public, proof.public_signals)
+    if args.verbose:
+        _print_timings(timings, backend.name)
+    return 0
+
+
+def _print_timings(timings: dict[str, float], backend: str) -> None:
+    total = sum(timings.values())
+    parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in timings.items())
+    print(f"[{backend}] {parts}  total {total * 1000:.1f} ms", file=sys.stderr)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .formats.json_io import read_proof, read_public, read_vkey
+    from .prover.verify import verify
+
+    vkey = read_vkey(args.vkey)
+    public = read_public(args.public)
+    proof = read_proof(args.proof)
+    t = time.perf_counter()
+    ok = verify(vkey, public, proof)
+    if args.verbose:
+        print(f"verify {(time.perf_counter() - t) * 1000:.1f} ms", file=sys.stderr)
+    print("OK: proof is valid" if ok else "INVALID: proof does not verify")
+    return 0 if ok else 1
+
+
+def _cmd_export_vkey(args: argparse.Namespace) -> int:
+    from .formats.json_io import write_vkey
+    from .formats.zkey import read_zkey
+    from .prover.verify import vkey_from_zkey
+
+    write_vkey(args.vkey, vkey_from_zkey(read_zkey(args.zkey)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("prove", help="prove a witness: cuzk prove <zkey> <wtns> <proof.json> <public.json>")
+    p.add_argument("zkey")
+    p.add_argument("wtns")
+    p.add_argument("proof")
+    p.add_argument("public")
+    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    p.set_defaults(func=_cmd_prove)
+
+    p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>")
+    p.add_argument("vkey")
+    p.add_argument("public")
+    p.add_argument("proof")
+    p.add_argument("--verbose", "-v", action="store_true")
+    p.set_defaults(func=_cmd_verify)
+
+    p = sub.add_parser("zkey", help="zkey utilities")
+    zsub = p.add_subparsers(dest="zkey_command", required=True)
+    e = zsub.add_parser("export-vkey", help="cuzk zkey export-vkey <zkey> <vkey.json>")
+    e.add_argument("zkey")
+    e.add_argument("vkey")
+    e.set_defaults(func=_cmd_export_vkey)
+
+    try:
+        from .memory.commands import add_memory_commands
+    except ImportError:
+        pass
+    else:
+        add_memory_commands(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, OSError) as exc:
+        # Every expected failure (bad file, wrong curve, unsatisfied witness, I/O) is one line.
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

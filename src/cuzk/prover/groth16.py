@@ -1,0 +1,143 @@
+"""Groth16 proving exactly as snarkjs 0.7 computes it, written once against the Backend protocol.
+
+The steps follow snarkjs's groth16_prove: evaluate A·w and B·w on the domain from the
+key's coefficient section, C = A∘B, interpolate each and evaluate on the odd coset of the
+double domain (the zkey's H points are that coset's Lagrange basis, divided by Z), then
+five MSMs and the blinding with fresh r, s from the OS CSPRNG.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backends.base import Backend
+from ..backends.cpu.synth import evaluate_ab
+from ..curves import Curve
+from ..curves.ec import Point
+from ..formats.r1cs import R1CS, check_satisfied
+from ..formats.wtns import Witness
+from ..formats.zkey import ZKey
+
+
+class ProvingError(ValueError):
+    """The inputs cannot give a valid proof (wrong witness, mismatched key...)."""
+
+
+class UnsatisfiedWitnessError(ProvingError):
+    def __init__(self, constraint: int):
+        super().__init__(f"witness does not satisfy the circuit: constraint {constraint} fails (A·w)·(B·w) = C·w")
+        self.constraint = constraint
+
+
+class ProofCancelled(Exception):
+    """Raised from a phase boundary when the caller's cancel check fires."""
+
+
+@dataclass
+class Proof:
+    curve: Curve
+    a: Point
+    b: Point
+    c: Point
+    public_signals: list[int]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def public_signals(witness: Witness, n_public: int) -> list[int]:
+    """Signals 1..n_public of the witness (signal 0 is the constant 1)."""
+    limbs = witness.values[1 : n_public + 1].astype(np.uint64)
+    out = []
+    for row in limbs:
+        v = 0
+        for i in range(len(row) - 1, -1, -1):
+            v = (v << 32) | int(row[i])
+        out.append(v)
+    return out
+
+
+def check_inputs(zkey: ZKey, witness: Witness, r1cs: R1CS | None = None) -> None:
+    """Reject a witness that cannot belong to this key (and, with the r1cs, one that is unsatisfied)."""
+    if witness.curve.r != zkey.curve.r:
+        raise ProvingError(f"witness is over the {witness.curve.name} scalar field but the key is for {zkey.curve.name}")
+    if len(witness.values) != zkey.n_vars:
+        raise ProvingError(f"witness has {len(witness.values)} values but the circuit has {zkey.n_vars} signals")
+    if r1cs is not None:
+        if r1cs.curve.r != zkey.curve.r:
+            raise ProvingError(f"r1cs is for {r1cs.curve.name} but the key is for {zkey.curve.name}")
+        if r1cs.n_wires != zkey.n_vars:
+            raise ProvingError(f"r1cs has {r1cs.n_wires} wires but the key has {zkey.n_vars} signals")
+        failing = check_satisfied(r1cs, witness.values)
+        if failing is not None:
+            raise UnsatisfiedWitnessError(failing)
+
+
+def prove(
+    backend: Backend,
+    zkey: ZKey,
+    witness: Witness,
+    *,
+    r1cs: R1CS | None = None,
+    on_abc_released: Callable[[], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Proof:
+    """Prove one witness; ``on_abc_released`` fires when the a/b/c vectors are freed (phase-one release)."""
+    curve = zkey.curve
+    timings: dict[str, float] = {}
+
+    def checkpoint() -> None:
+        if cancelled is not None and cancelled():
+            raise ProofCancelled()
+
+    t = time.perf_counter()
+    check_inputs(zkey, witness, r1cs)
+    w = np.ascontiguousarray(witness.values)
+    timings["check"] = time.perf_counter() - t
+    checkpoint()
+
+    t = time.perf_counter()
+    a, b = evaluate_ab(curve, zkey.coeffs, w, zkey.domain_size)
+    c = backend.fr_mul(curve, a, b)
+    timings["synthesize"] = time.perf_counter() - t
+    checkpoint()
+
+    t = time.perf_counter()
+    shift = curve.fr_root_of_unity(zkey.power + 1)
+    a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
+    b = backend.coset_ntt(curve, backend.intt(curve, b), shift)
+    c = backend.coset_ntt(curve, backend.intt(curve, c), shift)
+    h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
+    del a, b, c
+    timings["ntt"] = time.perf_counter() - t
+    if on_abc_released is not None:
+        on_abc_released()
+    checkpoint()
+
+    t = time.perf_counter()
+    pi_a = backend.msm_g1(curve, zkey.a, w)
+    pib1 = backend.msm_g1(curve, zkey.b1, w)
+    checkpoint()
+    pi_b = backend.msm_g2(curve, zkey.b2, w)
+    checkpoint()
+    pi_c = backend.msm_g1(curve, zkey.c, w[zkey.n_public + 1 :])
+    res_h = backend.msm_g1(curve, zkey.h, h_scalars)
+    timings["msm"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    G1, G2, r_mod = curve.G1, curve.G2, curve.r
+    r = secrets.randbelow(r_mod)
+    s = secrets.randbelow(r_mod)
+    pi_a = G1.add(G1.add(pi_a, zkey.alpha1), G1.mul(zkey.delta1, r))
+    pi_b = G2.add(G2.add(pi_b, zkey.beta2), G2.mul(zkey.delta2, s))
+    pib1 = G1.add(G1.add(pib1, zkey.beta1), G1.mul(zkey.delta1, s))
+    pi_c = G1.add(pi_c, res_h)
+    pi_c = G1.add(pi_c, G1.mul(pi_a, s))
+    pi_c = G1.add(pi_c, G1.mul(pib1, r))
+    pi_c = G1.add(pi_c, G1.mul(zkey.delta1, (-r * s) % r_mod))
+    timings["blind"] = time.perf_counter() - t
+
+    return Proof(curve, pi_a, pi_b, pi_c, public_signals(witness, zkey.n_public), timings)
