@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what the tests need from this repo's own files, then runs pytest.
+# Extra arguments go to pytest (e.g. `scripts/test.sh -m slow`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v npm >/dev/null 2>&1; then
+  echo "npm not found: installing Node.js from Debian (needed for the snarkjs test oracle)" >&2
+  apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
+fi
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+[ -x tests/oracle/node_modules/.bin/snarkjs ] || npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
+exec .venv/bin/python -m pytest "$@"
