@@ -1,0 +1,366 @@
+"""The job journal: SQLite in WAL mode in the daemon's data directory.
+
+Why it exists: a proof request must survive the daemon dying (an OOM kill included), so
+``submit`` writes the job to disk — witness file fsync'd, row committed with
+``synchronous=FULL`` — before it returns an id. After a restart ``unfinished()`` lists what
+to run again, in the original order. Results are plain rows, pruned by age and by total
+size (``prune``) so the journal never grows without bound.
+
+Layout of the data directory::
+
+    journal.sqlite3 (+ -wal, -shm)   jobs, registered keys, measured per-circuit peaks
+    witness/<job_id>.wtns            the witness of each unfinished job (deleted when it ends)
+
+``request_id`` is an idempotency key: submitting again with the same id returns the first
+job (even after it finished, until its result is pruned); reusing an id for a different
+circuit or witness is refused, because answering with the other job's proof would be wrong.
+
+One process owns a data directory at a time (the engine takes ``DataDirLock``); the
+journal itself is thread-safe (one connection behind a lock).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+
+from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq            INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id         TEXT NOT NULL UNIQUE,
+    request_id     TEXT UNIQUE,
+    circuit        TEXT NOT NULL,
+    priority       INTEGER NOT NULL,
+    state          TEXT NOT NULL,
+    witness_sha256 TEXT NOT NULL,
+    submitted_at   REAL NOT NULL,
+    started_at     REAL,
+    finished_at    REAL,
+    attempts       INTEGER NOT NULL DEFAULT 0,
+    proof          TEXT,
+    public_signals TEXT,
+    error          TEXT,
+    timings        TEXT,
+    result_bytes   INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at);
+CREATE TABLE IF NOT EXISTS keys (
+    name TEXT PRIMARY KEY,
+    path TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS circuit_peaks (
+    circuit     TEXT PRIMARY KEY,
+    peak_bytes  INTEGER NOT NULL,
+    measured_at REAL NOT NULL
+);
+"""
+
+_COLUMNS = (
+    "seq, job_id, request_id, circuit, priority, state, submitted_at, started_at, finished_at, "
+    "attempts, proof, public_signals, error, timings"
+)
+
+
+class RequestIdConflict(JobError):
+    def __init__(self, request_id: str, job_id: str, what: str):
+        super().__init__(f"request_id {request_id!r} was already used by job {job_id} for a different {what}")
+        self.request_id = request_id
+        self.job_id = job_id
+
+
+class DataDirLocked(RuntimeError):
+    def __init__(self, data_dir: Path):
+        super().__init__(f"data directory {data_dir} is in use by another cuzk engine (lock file {data_dir / 'engine.lock'})")
+
+
+class DataDirLock:
+    """An exclusive flock on ``<data_dir>/engine.lock``: two daemons must never share one journal.
+
+    The kernel drops the lock when the holder dies (SIGKILL included), so a restarted
+    daemon never finds a stale lock.
+    """
+
+    def __init__(self, data_dir: Path):
+        self.path = Path(data_dir) / "engine.lock"
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirLocked(self.path.parent) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor drops the flock
+            self._fd = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    def __init__(self, data_dir: str | os.PathLike, *, result_ttl_s: float = 24 * 3600, result_max_bytes: int = 64 << 20):
+        if result_ttl_s <= 0 or result_max_bytes <= 0:
+            raise ValueError("result_ttl_s and result_max_bytes must be positive (results are never kept forever)")
+        self.data_dir = Path(data_dir)
+        self.witness_dir = self.data_dir / "witness"
+        self.witness_dir.mkdir(parents=True, exist_ok=True)
+        self.result_ttl_s = result_ttl_s
+        self.result_max_bytes = result_max_bytes
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.data_dir / "journal.sqlite3", check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file; lets prune give space back
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")  # a committed submit survives power loss, not only a crash
+        self._db.executescript(SCHEMA)
+        self._remove_orphan_witnesses()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # ---- submission ---------------------------------------------------------------
+    def submit(self, circuit: str, priority: Priority, witness: bytes, request_id: str | None = None) -> tuple[JobRecord, bool]:
+        """Make a job durable. Returns (record, created); created is False for a repeated request_id."""
+        if request_id is not None and (not isinstance(request_id, str) or not request_id):
+            raise JobError("request_id must be a non-empty string (or None)")
+        digest = hashlib.sha256(witness).hexdigest()
+        with self._lock:
+            if request_id is not None:
+                existing = self._existing_request(request_id, circuit, digest)
+                if existing is not None:
+                    return existing, False
+            job_id = uuid.uuid4().hex
+            path = self.witness_path(job_id)
+            self._write_durably(path, witness)
+            try:
+                self._db.execute(
+                    "INSERT INTO jobs (job_id, request_id, circuit, priority, state, witness_sha256, submitted_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest, time.time()),
+                )
+            except BaseException:
+                path.unlink(missing_ok=True)
+                raise
+            return self._get(job_id), True
+
+    def _existing_request(self, request_id: str, circuit: str, digest: str) -> JobRecord | None:
+        row = self._db.execute("SELECT job_id, circuit, witness_sha256 FROM jobs WHERE request_id = ?", (request_id,)).fetchone()
+        if row is None:
+            return None
+        job_id, old_circuit, old_digest = row
+        if old_circuit != circuit:
+            raise RequestIdConflict(request_id, job_id, f"circuit ({old_circuit!r}, now {circuit!r})")
+        if old_digest != digest:
+            raise RequestIdConflict(request_id, job_id, "witness")
+        return self._get(job_id)
+
+    def witness_path(self, job_id: str) -> Path:
+        return self.witness_dir / f"{job_id}.wtns"
+
+    def _write_durably(self, path: Path, data: bytes) -> None:
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+
+    def _remove_orphan_witnesses(self) -> None:
+        """Witness files whose job row never committed (died between the two writes), or already ended."""
+        live = {r[0] for r in self._db.execute(
+            f"SELECT job_id FROM jobs WHERE state IN ({','.join('?' * len(UNFINISHED_STATES))})",
+            [s.value for s in UNFINISHED_STATES],
+        )}
+        for p in self.witness_dir.iterdir():
+            if p.stem not in live or p.suffix != ".wtns":
+                p.unlink(missing_ok=True)
+
+    # ---- state changes --------------------------------------------------------------
+    def mark_started(self, job_id: str) -> int:
+        """Record that a worker took the job (state SYNTHESIZING); returns the attempt number."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET state = ?, started_at = ?, attempts = attempts + 1 WHERE job_id = ?",
+                (JobState.SYNTHESIZING.value, time.time(), job_id),
+            )
+            return self._db.execute("SELECT attempts FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
+
+    def set_state(self, job_id: str, state: JobState) -> None:
+        if state.terminal:
+            raise ValueError("use finish() for a terminal state")
+        with self._lock:
+            self._db.execute("UPDATE jobs SET state = ? WHERE job_id = ?", (state.value, job_id))
+
+    def finish(
+        self,
+        job_id: str,
+        state: JobState,
+        *,
+        proof: dict | None = None,
+        public_signals: list[str] | None = None,
+        error: str | None = None,
+        timings: dict[str, float] | None = None,
+    ) -> JobRecord:
+        """Store the outcome, delete the witness, and prune old results."""
+        if not state.terminal:
+            raise ValueError(f"finish() needs a terminal state, not {state.value}")
+        proof_s = json.dumps(proof) if proof is not None else None
+        public_s = json.dumps(public_signals) if public_signals is not None else None
+        timings_s = json.dumps(timings or {})
+        size = sum(len(s) for s in (proof_s, public_s, error, timings_s) if s)
+        with self._lock:
+            self._db.execute(
+                "UPDATE jobs SET state = ?, finished_at = ?, proof = ?, public_signals = ?, error = ?, timings = ?, "
+                "result_bytes = ? WHERE job_id = ?",
+                (state.value, time.time(), proof_s, public_s, error, timings_s, size, job_id),
+            )
+            self.witness_path(job_id).unlink(missing_ok=True)
+            record = self._get(job_id)
+            self.prune()
+            return record
+
+    def requeue_unfinished(self) -> list[JobRecord]:
+        """After a restart: every unfinished job goes back to QUEUED; returned in submission order."""
+        with self._lock:
+            marks = ",".join("?" * len(UNFINISHED_STATES))
+            self._db.execute(f"UPDATE jobs SET state = ? WHERE state IN ({marks})",
+                             [JobState.QUEUED.value, *[s.value for s in UNFINISHED_STATES]])
+            return self._select(f"WHERE state = ? ORDER BY seq", (JobState.QUEUED.value,))
+
+    # ---- pruning ----------------------------------------------------------------------
+    def prune(self, now: float | None = None) -> int:
+        """Delete finished jobs older than the TTL, then the oldest until results fit the size cap."""
+        now = time.time() if now is None else now
+        terminal = [s.value for s in JobState if s.terminal]
+        marks = ",".join("?" * len(terminal))
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            removed = self._db.execute(
+                f"DELETE FROM jobs WHERE state IN ({marks}) AND finished_at < ?", [*terminal, now - self.result_ttl_s]
+            ).rowcount
+            total = self._db.execute(f"SELECT COALESCE(SUM(result_bytes), 0) FROM jobs WHERE state IN ({marks})", terminal).fetchone()[0]
+            if total > self.result_max_bytes:
+                excess, victims = total - self.result_max_bytes, []
+                for seq, size in self._db.execute(
+                    f"SELECT seq, result_bytes FROM jobs WHERE state IN ({marks}) ORDER BY finished_at, seq", terminal
+                ):
+                    if excess <= 0:
+                        break
+                    victims.append((seq,))
+                    excess -= size
+                self._db.executemany("DELETE FROM jobs WHERE seq = ?", victims)
+                removed += len(victims)
+        if removed:
+            with self._lock:
+                self._db.execute("PRAGMA incremental_vacuum")
+        return removed
+
+    def result_bytes(self) -> int:
+        with self._lock:
+            return self._db.execute("SELECT COALESCE(SUM(result_bytes), 0) FROM jobs WHERE finished_at IS NOT NULL").fetchone()[0]
+
+    # ---- queries ----------------------------------------------------------------------
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._lock:
+            return self._get(job_id)
+
+    def _get(self, job_id: str) -> JobRecord | None:
+        rows = self._select("WHERE job_id = ?", (job_id,))
+        return rows[0] if rows else None
+
+    def list(self, *, states: Iterable[JobState] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """Most recent first."""
+        where, args = [], []
+        if states is not None:
+            states = [JobState(s) for s in states]
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args += [s.value for s in states]
+        if circuit is not None:
+            where.append("circuit = ?")
+            args.append(circuit)
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        with self._lock:
+            return self._select(f"{clause} ORDER BY seq DESC LIMIT ?", (*args, int(limit)))
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
+        out = {s.value: 0 for s in JobState}
+        out.update(dict(rows))
+        return out
+
+    def _select(self, tail: str, args: Iterable) -> list[JobRecord]:
+        return [self._record(r) for r in self._db.execute(f"SELECT {_COLUMNS} FROM jobs {tail}", tuple(args))]
+
+    @staticmethod
+    def _record(row: tuple) -> JobRecord:
+        (seq, job_id, request_id, circuit, priority, state, submitted_at, started_at, finished_at,
+         attempts, proof, public, error, timings) = row
+        return JobRecord(
+            job_id=job_id,
+            circuit=circuit,
+            priority=Priority(priority),
+            state=JobState(state),
+            submitted_at=submitted_at,
+            request_id=request_id,
+            seq=seq,
+            started_at=started_at,
+            finished_at=finished_at,
+            attempts=attempts,
+            proof=json.loads(proof) if proof else None,
+            public_signals=json.loads(public) if public else None,
+            error=error,
+            timings=json.loads(timings) if timings else {},
+        )
+
+    # ---- registered keys and learned peaks (so a restart remembers them) ----------------
+    def save_key(self, name: str, path: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT INTO keys (name, path) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET path = excluded.path",
+                             (name, path))
+
+    def forget_key(self, name: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM keys WHERE name = ?", (name,))
+
+    def saved_keys(self) -> dict[str, str]:
+        with self._lock:
+            return dict(self._db.execute("SELECT name, path FROM keys ORDER BY name").fetchall())
+
+    def save_peak(self, circuit: str, peak_bytes: int) -> int:
+        """Keep the largest measured working-set peak per circuit; returns the stored value."""
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO circuit_peaks (circuit, peak_bytes, measured_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(circuit) DO UPDATE SET peak_bytes = MAX(peak_bytes, excluded.peak_bytes), measured_at = excluded.measured_at",
+                (circuit, int(peak_bytes), time.time()),
+            )
+            return self._db.execute("SELECT peak_bytes FROM circuit_peaks WHERE circuit = ?", (circuit,)).fetchone()[0]
+
+    def saved_peaks(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._db.execute("SELECT circuit, peak_bytes FROM circuit_peaks").fetchall())

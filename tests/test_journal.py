@@ -1,0 +1,156 @@
+"""The SQLite journal: durability before return, replay order, idempotent request ids, bounded results."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cuzk.engine.jobs import JobError, JobState, Priority
+from cuzk.engine.journal import DataDirLock, DataDirLocked, Journal, RequestIdConflict
+
+
+def test_submit_returns_a_durable_queued_job(tmp_path):
+    j = Journal(tmp_path)
+    rec, created = j.submit("toy", Priority.HIGH, b"witness-bytes", request_id="r1")
+    assert created and rec.state is JobState.QUEUED and rec.priority is Priority.HIGH
+    assert j.witness_path(rec.job_id).read_bytes() == b"witness-bytes"
+    # A second connection (what a restarted daemon opens) sees it without close() ever being called.
+    again = Journal(tmp_path)
+    assert again.get(rec.job_id) == rec
+
+
+def test_submit_survives_sigkill_right_after_return(tmp_path):
+    """A child submits, prints the id, and is SIGKILLed at once; the job must be on disk."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        from cuzk.engine.journal import Journal
+        from cuzk.engine.jobs import Priority
+        j = Journal({str(tmp_path)!r})
+        rec, _ = j.submit("toy", Priority.NORMAL, b"w" * 1000, request_id="killed")
+        print(rec.job_id, flush=True)
+        time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    job_id = child.stdout.readline().strip()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    j = Journal(tmp_path)
+    replay = j.requeue_unfinished()
+    assert [r.job_id for r in replay] == [job_id]
+    assert j.witness_path(job_id).read_bytes() == b"w" * 1000
+
+
+def test_replay_requeues_started_jobs_in_submission_order(tmp_path):
+    j = Journal(tmp_path)
+    ids = [j.submit("c", p, bytes([i]))[0].job_id for i, p in enumerate([Priority.LOW, Priority.CRITICAL, Priority.NORMAL])]
+    assert j.mark_started(ids[1]) == 1
+    j.set_state(ids[1], JobState.PROVING)
+    j.finish(ids[2], JobState.DONE, proof={"pi_a": ["1"]}, public_signals=["7"])
+    replay = Journal(tmp_path).requeue_unfinished()
+    assert [r.job_id for r in replay] == ids[:2]
+    assert all(r.state is JobState.QUEUED for r in replay)
+    assert replay[1].attempts == 1  # the attempt count survives, so a poison job is noticed
+
+
+def test_request_id_is_idempotent_and_refuses_reuse_for_other_work(tmp_path):
+    j = Journal(tmp_path)
+    first, created = j.submit("c", Priority.NORMAL, b"abc", request_id="same")
+    again, created_again = j.submit("c", Priority.HIGH, b"abc", request_id="same")
+    assert created and not created_again and again.job_id == first.job_id
+    j.finish(first.job_id, JobState.DONE, proof={"x": 1}, public_signals=[])
+    after_finish, created = j.submit("c", Priority.NORMAL, b"abc", request_id="same")
+    assert not created and after_finish.state is JobState.DONE and after_finish.proof == {"x": 1}
+    with pytest.raises(RequestIdConflict, match="witness"):
+        j.submit("c", Priority.NORMAL, b"abd", request_id="same")
+    with pytest.raises(RequestIdConflict, match="circuit"):
+        j.submit("other", Priority.NORMAL, b"abc", request_id="same")
+    with pytest.raises(JobError):
+        j.submit("c", Priority.NORMAL, b"abc", request_id="")
+
+
+def test_finish_deletes_the_witness_and_stores_the_result(tmp_path):
+    j = Journal(tmp_path)
+    rec, _ = j.submit("c", Priority.NORMAL, b"w")
+    done = j.finish(rec.job_id, JobState.FAILED, error="witness does not satisfy constraint 3", timings={"synthesize": 0.5})
+    assert not j.witness_path(rec.job_id).exists()
+    assert done.state is JobState.FAILED and done.error.endswith("constraint 3") and done.timings == {"synthesize": 0.5}
+    assert done.finished_at >= done.submitted_at
+
+
+def test_prune_by_age(tmp_path):
+    j = Journal(tmp_path, result_ttl_s=100)
+    old, _ = j.submit("c", Priority.NORMAL, b"1")
+    new, _ = j.submit("c", Priority.NORMAL, b"2")
+    queued, _ = j.submit("c", Priority.NORMAL, b"3")
+    j.finish(old.job_id, JobState.DONE, proof={}, public_signals=[])
+    j.finish(new.job_id, JobState.DONE, proof={}, public_signals=[])
+    assert j.prune(now=time.time() + 50) == 0
+    # Both finished results are older than the TTL 150 s from now; the queued job is never pruned.
+    assert j.prune(now=time.time() + 150) == 2
+    assert j.get(old.job_id) is None and j.get(new.job_id) is None and j.get(queued.job_id) is not None
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(min_value=0, max_value=2000), min_size=1, max_size=12), cap=st.integers(min_value=1, max_value=6000))
+def test_prune_by_size_keeps_the_newest_results_within_the_cap(tmp_path_factory, sizes, cap):
+    j = Journal(tmp_path_factory.mktemp("j"), result_max_bytes=cap)
+    ids = []
+    for size in sizes:
+        rec, _ = j.submit("c", Priority.NORMAL, os.urandom(8))
+        j.finish(rec.job_id, JobState.FAILED, error="e" * size)  # finish() prunes as it goes
+        ids.append(rec.job_id)
+    assert j.result_bytes() <= cap
+    kept = [i for i in ids if j.get(i) is not None]
+    assert kept == ids[len(ids) - len(kept):]  # only the oldest ever go
+    if kept != ids:  # minimal: the newest dropped result would not have fit beside the kept ones
+        stored = [size + len("{}") for size in sizes]  # error text + empty timings JSON
+        newest_dropped = len(ids) - len(kept) - 1
+        assert j.result_bytes() + stored[newest_dropped] > cap
+
+
+def test_results_are_never_kept_forever(tmp_path):
+    with pytest.raises(ValueError):
+        Journal(tmp_path, result_ttl_s=0)
+
+
+def test_orphan_witness_files_are_removed_on_open(tmp_path):
+    j = Journal(tmp_path)
+    rec, _ = j.submit("c", Priority.NORMAL, b"keep")
+    (j.witness_dir / "deadbeef.wtns").write_bytes(b"orphan")  # row never committed
+    (j.witness_dir / "x.tmp").write_bytes(b"half-written")
+    j2 = Journal(tmp_path)
+    assert sorted(p.name for p in j2.witness_dir.iterdir()) == [f"{rec.job_id}.wtns"]
+
+
+def test_list_counts_keys_and_peaks(tmp_path):
+    j = Journal(tmp_path)
+    a, _ = j.submit("a", Priority.NORMAL, b"1")
+    b, _ = j.submit("b", Priority.NORMAL, b"2")
+    j.finish(a.job_id, JobState.CANCELLED)
+    assert [r.job_id for r in j.list()] == [b.job_id, a.job_id]
+    assert [r.job_id for r in j.list(states=[JobState.CANCELLED])] == [a.job_id]
+    assert [r.job_id for r in j.list(circuit="b")] == [b.job_id]
+    assert j.counts()["queued"] == 1 and j.counts()["cancelled"] == 1
+    j.save_key("a", "/keys/a.zkey")
+    assert Journal(tmp_path).saved_keys() == {"a": "/keys/a.zkey"}
+    assert j.save_peak("a", 100) == 100 and j.save_peak("a", 50) == 100 and j.save_peak("a", 300) == 300
+    assert j.saved_peaks() == {"a": 300}
+
+
+def test_data_dir_lock_is_exclusive_and_released(tmp_path):
+    first = DataDirLock(tmp_path)
+    first.acquire()
+    with pytest.raises(DataDirLocked, match="in use"):
+        DataDirLock(tmp_path).acquire()
+    first.release()
+    second = DataDirLock(tmp_path)
+    second.acquire()
+    second.release()
