@@ -1,0 +1,224 @@
+"""Daemon and client configuration: defaults, then a TOML file, then ``CUZK_*`` environment, then flags.
+
+One resolved ``DaemonConfig`` is what the supervisor hands to the engine process (as JSON),
+so the engine sees exactly what the operator asked for, whichever layer it came from.
+
+The file (``--config``, ``$CUZK_CONFIG``, else ``$XDG_CONFIG_HOME/cuzk/cuzk.toml`` when it
+exists) looks like::
+
+    data_dir = "/var/lib/cuzk"
+    listen = ["unix:/var/lib/cuzk/cuzk.sock", "0.0.0.0:7750"]  # TCP needs a token
+    token_file = "/etc/cuzk/token"                              # or: token = "..."
+    http = "127.0.0.1:9750"                                     # /metrics and /status; "" turns it off
+    budget = "24GiB"                                            # absent: derived from the real limit
+    max_request = "256MiB"
+
+    [keys]                                                      # names clients may use
+    sha256 = "/srv/keys/sha256_32B.zkey"
+
+    [engine]                                                    # passed to the engine as is
+    verify = true
+
+    [supervisor]
+    max_fruitless_restarts = 5
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .engine.supervisor import SupervisorPolicy
+from .memory.units import parse_size
+
+ENV_PREFIX = "CUZK_"
+SOCKET_NAME = "cuzk.sock"
+DEFAULT_HTTP = "127.0.0.1:9750"
+# Unix socket paths live in a fixed 108-byte field (sun_path), terminating NUL included.
+MAX_UNIX_PATH = 107
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the setting and where it came from."""
+
+
+@dataclass
+class DaemonConfig:
+    data_dir: Path = field(default_factory=lambda: default_data_dir())
+    listen: list[str] = field(default_factory=list)  # empty: unix:<data_dir>/cuzk.sock
+    token: str | None = None
+    http: str | None = DEFAULT_HTTP
+    budget: int | None = None
+    max_request: int = 256 << 20
+    keys: dict[str, str] = field(default_factory=dict)
+    engine: dict[str, Any] = field(default_factory=dict)
+    supervisor: SupervisorPolicy = field(default_factory=SupervisorPolicy)
+    log_level: str = "info"
+
+    @property
+    def socket_path(self) -> Path:
+        return self.data_dir / SOCKET_NAME
+
+    def listen_addresses(self) -> list[str]:
+        """Normalised gRPC addresses: ``unix:/abs/path`` or ``host:port``."""
+        return [normalize_address(a) for a in (self.listen or [f"unix:{self.socket_path}"])]
+
+    def tcp_addresses(self) -> list[str]:
+        return [a for a in self.listen_addresses() if not a.startswith("unix:")]
+
+    def validate(self) -> None:
+        for address in self.listen_addresses():
+            if address.startswith("unix:") and len(address[5:].encode()) > MAX_UNIX_PATH:
+                raise ConfigError(f"unix socket path {address[5:]!r} is longer than {MAX_UNIX_PATH} bytes; choose a shorter data_dir or listen path")
+        if self.tcp_addresses() and not self.token:
+            raise ConfigError(f"listening on TCP ({', '.join(self.tcp_addresses())}) needs a bearer token: set token or token_file")
+        if self.token is not None and (len(self.token) < 16 or any(c.isspace() for c in self.token)):
+            raise ConfigError("token must be at least 16 characters without whitespace")
+        if self.max_request < 1024:
+            raise ConfigError(f"max_request {self.max_request} bytes is too small to carry any witness")
+        for name, path in self.keys.items():
+            if not isinstance(path, str) or not path:
+                raise ConfigError(f"[keys] {name!r}: expected a .zkey path string, got {path!r}")
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["data_dir"] = str(self.data_dir)
+        return json.dumps(data)
+
+    @classmethod
+    def from_json(cls, text: str) -> DaemonConfig:
+        data = json.loads(text)
+        data["data_dir"] = Path(data["data_dir"])
+        data["supervisor"] = SupervisorPolicy(**data["supervisor"])
+        return cls(**data)
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "cuzk"
+
+
+def default_config_file(env: dict[str, str]) -> Path | None:
+    if env.get(ENV_PREFIX + "CONFIG"):
+        return Path(env[ENV_PREFIX + "CONFIG"])
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    candidate = Path(base) / "cuzk" / "cuzk.toml"
+    return candidate if candidate.is_file() else None
+
+
+def normalize_address(address: str) -> str:
+    """``unix:PATH``, an absolute/relative socket path, or ``host:port`` → the form gRPC takes."""
+    address = address.strip()
+    if address.startswith("unix://"):
+        return "unix:" + str(Path(address[7:]).absolute())
+    if address.startswith("unix:"):
+        return "unix:" + str(Path(address[5:]).absolute())
+    if "/" in address or address.endswith(".sock"):
+        return "unix:" + str(Path(address).absolute())
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"address {address!r} is neither unix:PATH nor HOST:PORT")
+    return address
+
+
+def _read_token_file(path: str, source: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read token_file {path!r}: {exc.strerror}") from exc
+
+
+_SIMPLE = {"data_dir", "listen", "token", "token_file", "http", "budget", "max_request", "log_level"}
+_TABLES = {"keys", "engine", "supervisor"}
+
+
+def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
+    """Set each known key from ``values``; unknown keys are an error, naming ``source``."""
+    policy_fields = {f.name: f for f in fields(SupervisorPolicy)}
+    for key, value in values.items():
+        where = f"{source}: {key}"
+        if key not in _SIMPLE | _TABLES:
+            raise ConfigError(f"{where}: unknown setting (known: {', '.join(sorted(_SIMPLE | _TABLES))})")
+        try:
+            if key == "data_dir":
+                cfg.data_dir = Path(str(value)).expanduser().absolute()
+            elif key == "listen":
+                items = [value] if isinstance(value, str) else list(value)
+                cfg.listen = [normalize_address(str(a)) for a in items if str(a).strip()]
+            elif key == "token":
+                cfg.token = str(value) or None
+            elif key == "token_file":
+                cfg.token = _read_token_file(str(value), source) or None
+            elif key == "http":
+                cfg.http = str(value).strip() or None
+                if cfg.http:
+                    normalize_address(cfg.http)
+            elif key in ("budget", "max_request"):
+                size = None if value in (None, "", "auto") and key == "budget" else parse_size(value)
+                setattr(cfg, key, size)
+            elif key == "log_level":
+                cfg.log_level = str(value).lower()
+            elif key == "keys":
+                cfg.keys.update({str(k): str(Path(str(v)).expanduser()) for k, v in dict(value).items()})
+            elif key == "engine":
+                cfg.engine.update(dict(value))
+            elif key == "supervisor":
+                for name, item in dict(value).items():
+                    if name not in policy_fields:
+                        raise ConfigError(f"{where}.{name}: unknown setting (known: {', '.join(policy_fields)})")
+                    current = getattr(cfg.supervisor, name)
+                    setattr(cfg.supervisor, name, parse_size(item) if name == "min_budget" else type(current)(item))
+        except ConfigError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _env_values(env: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in sorted(_SIMPLE):
+        text = env.get(ENV_PREFIX + key.upper())
+        if text is not None:
+            out[key] = [a for a in text.split(",")] if key == "listen" else text
+    return out
+
+
+def load_config(
+    config_file: str | os.PathLike | None = None,
+    overrides: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
+) -> DaemonConfig:
+    """Defaults ← TOML file ← ``CUZK_*`` environment ← ``overrides`` (flags; None values are skipped)."""
+    env = dict(os.environ if env is None else env)
+    cfg = DaemonConfig()
+    path = Path(config_file) if config_file else default_config_file(env)
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+        _apply(cfg, data, str(path))
+    _apply(cfg, _env_values(env), "environment " + ENV_PREFIX + "*")
+    _apply(cfg, {k: v for k, v in (overrides or {}).items() if v is not None}, "command line")
+    cfg.validate()
+    return cfg
+
+
+def client_target(address: str | None = None, config_file: str | os.PathLike | None = None,
+                  env: dict[str, str] | None = None) -> tuple[str, str | None]:
+    """Where a client should connect, and with which token: the flag, else ``$CUZK_DAEMON``, else the config's first listen address."""
+    env = dict(os.environ if env is None else env)
+    address = address or env.get(ENV_PREFIX + "DAEMON")
+    if address:
+        cfg_token = env.get(ENV_PREFIX + "TOKEN")
+        if cfg_token is None and (config_file or default_config_file(env)):
+            cfg_token = load_config(config_file, env=env).token
+        return normalize_address(address), cfg_token
+    cfg = load_config(config_file, env=env)
+    return cfg.listen_addresses()[0], cfg.token
