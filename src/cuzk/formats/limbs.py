@@ -1,0 +1,56 @@
+"""Python ints <-> the (n, limbs) little-endian uint32 arrays every layer passes around.
+
+Both directions go through one bytes object, so converting a million values costs a
+join and a frombuffer, not a million numpy element writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+
+def ints_to_limbs(values: Iterable[int], n_limbs: int) -> np.ndarray:
+    """(n, n_limbs) uint32 little-endian limbs of non-negative ints below 2^(32·n_limbs)."""
+    n8 = 4 * n_limbs
+    try:
+        raw = b"".join(int(v).to_bytes(n8, "little") for v in values)
+    except OverflowError:
+        raise ValueError(f"a value is negative or does not fit in {n_limbs} 32-bit limbs") from None
+    return np.frombuffer(raw, dtype="<u4").reshape(-1, n_limbs).copy()
+
+
+def limbs_to_ints(limbs: np.ndarray) -> list[int]:
+    """The ints held by an (n, n_limbs) uint32 limb array (any layout, any byte order)."""
+    arr = np.ascontiguousarray(limbs, dtype="<u4")
+    if arr.ndim != 2:
+        raise ValueError(f"expected an (n, limbs) array, got shape {arr.shape}")
+    n8 = 4 * arr.shape[1]
+    raw = arr.tobytes()
+    return [int.from_bytes(raw[i : i + n8], "little") for i in range(0, len(raw), n8)]
+
+
+def limbs_to_int(row: np.ndarray) -> int:
+    """The int held by one row of limbs."""
+    return int.from_bytes(np.ascontiguousarray(row, dtype="<u4").tobytes(), "little")
+
+
+def first_not_below(limbs: np.ndarray, bound: int) -> int | None:
+    """Index of the first row whose value is >= bound (e.g. a field element not reduced mod p), or None.
+
+    Vectorised: a lexicographic comparison from the top limb down, a few passes over the
+    array, with no per-element Python ints.
+    """
+    n_limbs = limbs.shape[1]
+    bound_limbs = [(bound >> (32 * i)) & 0xFFFFFFFF for i in range(n_limbs)]
+    if bound >> (32 * n_limbs):
+        return None  # every representable value is below the bound
+    below = np.zeros(limbs.shape[0], dtype=bool)
+    equal = np.ones(limbs.shape[0], dtype=bool)
+    for i in range(n_limbs - 1, -1, -1):
+        column = limbs[:, i]
+        below |= equal & (column < bound_limbs[i])
+        equal &= column == bound_limbs[i]
+    bad = np.flatnonzero(~below)
+    return int(bad[0]) if bad.size else None

@@ -1,0 +1,73 @@
+"""snarkjs .wtns witness files.
+
+Layout: container "wtns", version 2, two sections —
+1 header: u32 n8, prime r (n8 bytes), u32 number of values;
+2 values: that many field elements, n8 bytes each, little-endian standard form.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..curves import Curve, UnknownCurveError, curve_by_r
+from .binfile import BinFile, n8_of, write_binfile
+from .errors import FormatError
+from .limbs import first_not_below, ints_to_limbs
+
+WTNS_VERSION = 2
+HEADER, VALUES = 1, 2
+SECTION_NAMES = {HEADER: "header", VALUES: "witness values"}
+
+
+@dataclass(frozen=True)
+class Witness:
+    path: Path | None
+    curve: Curve
+    values: np.ndarray  # (n, Fr limbs) uint32, standard form, a read-only view of the file
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+
+def read_wtns(path: str | os.PathLike) -> Witness:
+    """Read and validate a witness: known scalar field, n8 matching it, every value < r."""
+    with BinFile(path, "wtns", WTNS_VERSION, SECTION_NAMES) as f:
+        header = f.read(HEADER)
+        if len(header) < 4:
+            raise f.error(HEADER, f"is {len(header)} bytes; too short to hold n8")
+        n8 = int.from_bytes(header[:4], "little")
+        if n8 == 0 or n8 % 8 or len(header) != 4 + n8 + 4:
+            raise f.error(HEADER, f"is {len(header)} bytes with n8 = {n8}; expected n8 a positive multiple of 8 and 4 + n8 + 4 bytes")
+        r = int.from_bytes(header[4 : 4 + n8], "little")
+        try:
+            curve = curve_by_r(r)
+        except UnknownCurveError as exc:
+            raise f.error(HEADER, str(exc)) from None
+        if n8 != curve.Fr.n8:
+            raise f.error(HEADER, f"n8 = {n8}, but {curve.name}'s scalar field takes {curve.Fr.n8} bytes")
+        n_values = int.from_bytes(header[4 + n8 :], "little")
+        f.expect_size(VALUES, n_values * n8, f"the header's {n_values} values × {n8} bytes")
+        values = f.view(VALUES, "<u4", (n_values, n8 // 4))
+        bad = first_not_below(values, curve.r)
+        if bad is not None:
+            raise f.error(VALUES, f"value #{bad} is not reduced modulo the {curve.name} scalar field prime")
+        return Witness(Path(path), curve, values)
+
+
+def write_wtns(path: str | os.PathLike, curve: Curve, values: np.ndarray | Sequence[int]) -> None:
+    """Write a witness as snarkjs does (version 2); ``values`` are ints or an (n, limbs) uint32 array, standard form."""
+    n_limbs = curve.Fr.limbs32
+    arr = values if isinstance(values, np.ndarray) else ints_to_limbs(values, n_limbs)
+    if arr.dtype != np.uint32 or arr.ndim != 2 or arr.shape[1] != n_limbs:
+        raise ValueError(f"witness values must be an (n, {n_limbs}) uint32 array for {curve.name}, got {arr.dtype} {arr.shape}")
+    bad = first_not_below(arr, curve.r)
+    if bad is not None:
+        raise ValueError(f"witness value #{bad} is not reduced modulo the {curve.name} scalar field prime")
+    n8 = n8_of(curve.r)
+    header = n8.to_bytes(4, "little") + curve.r.to_bytes(n8, "little") + arr.shape[0].to_bytes(4, "little")
+    write_binfile(path, "wtns", WTNS_VERSION, [(HEADER, [header]), (VALUES, [arr.astype("<u4", copy=False)])])
