@@ -1,0 +1,550 @@
+"""The proving-key manager: which keys are in memory, at what cost, and which to drop.
+
+Tiers (``KeyTier``):
+
+- **cold** — registered: only the header is in memory (read and validated at
+  registration, a few hundred bytes). Costs nothing in the budget.
+- **warm** — memory-mapped (``formats.zkey.read_zkey``): the arrays are views of the file.
+  *Accounting:* the page cache behind a mapping is charged to our cgroup as soon as a
+  page is touched, and proving touches every page, so a warm key reserves its **full**
+  section size in the ``key`` category, exactly like a hot one. This over-counts while the
+  pages are untouched (just after mapping) and is the honest figure while it is in use;
+  on eviction the mapping is dropped and the kernel is asked to drop the file's pages
+  (``posix_fadvise(DONTNEED)``) so the charge really goes away. The only gain of warm over
+  hot is the load time (no copy); it is what you want for a key you might use.
+- **hot** — resident in host memory we own: one page-aligned anonymous mapping holding
+  every big section (coefficients, IC, A, B1, B2, C, H). Loading reserves the true peak
+  *before* reading — the page-rounded section sizes plus one read chunk — then streams the
+  file straight into the final buffer with ``readinto``, dropping each chunk's page cache
+  behind it, so the peak is final size + one chunk, never file + copy. The chunk's share
+  of the reservation is released when the load ends. The buffer comes from ``memory.pinned``'s
+  allocator: page-locked where CUDA exists (DMA straight from it), page-aligned anonymous
+  memory otherwise; it is the key's own allocation, reserved under ``key``, not a pool loan.
+
+Keys in use are reference-counted through ``KeyLease`` (``acquire`` … ``lease.release()``
+or a ``with`` block). An idle key (no lease) is evicted — least recently used first — when
+the budget needs room for someone else *and* it has been idle for at least
+``idle_evict_s`` (so two circuits alternating on a budget that holds one key wait briefly
+instead of thrashing); ``evict`` drops one on request. The manager registers itself as a
+budget evictor; call ``maintain()`` periodically (the engine does) so a waiter gets the
+room as soon as a key's idle time runs out.
+
+Footprints are computed from the header alone (``footprint``), so the engine can refuse a
+job that could never fit before it loads anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from ..formats import zkey as zkey_format
+from ..formats.binfile import BinFile
+from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
+from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
+from ..memory.pinned import HostAllocator, default_allocator
+from ..memory.units import MiB, format_size
+
+log = logging.getLogger(__name__)
+
+PAGE = mmap.PAGESIZE
+DEFAULT_CHUNK_BYTES = 64 * MiB
+
+# ZKey array name → (section type, offset of the array inside the section's payload).
+_SECTIONS = {
+    "ic": (zkey_format.IC, 0),
+    "coeffs": (zkey_format.COEFFS, 4),  # after the u32 entry count
+    "a": (zkey_format.POINTS_A, 0),
+    "b1": (zkey_format.POINTS_B1, 0),
+    "b2": (zkey_format.POINTS_B2, 0),
+    "c": (zkey_format.POINTS_C, 0),
+    "h": (zkey_format.POINTS_H, 0),
+}
+
+
+class KeyManagerError(ValueError):
+    """A request the key manager cannot honour; the message names the key."""
+
+
+class UnknownKeyError(KeyManagerError):
+    def __init__(self, name: str, known: list[str]):
+        listing = ", ".join(known) if known else "none registered"
+        super().__init__(f"unknown circuit key {name!r} (known: {listing})")
+        self.name = name
+
+
+class KeyInUseError(KeyManagerError):
+    pass
+
+
+class KeyLoadCancelled(Exception):
+    """The caller's cancel check fired while waiting for room to load a key."""
+
+
+class KeyTier(str, Enum):
+    COLD = "cold"
+    WARM = "warm"
+    HOT = "hot"
+
+
+def _page_round(n: int) -> int:
+    return -(-n // PAGE) * PAGE
+
+
+def array_shapes(header: ZKeyHeader) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """dtype and shape of each big ZKey array, as ``read_zkey`` returns them."""
+    lq = header.limbs_q
+    u32 = np.dtype("<u4")
+    return {
+        "ic": (u32, (header.n_public + 1, 2, lq)),
+        "coeffs": (zkey_format.coeff_dtype(header.n8r), (header.n_coeffs,)),
+        "a": (u32, (header.n_vars, 2, lq)),
+        "b1": (u32, (header.n_vars, 2, lq)),
+        "b2": (u32, (header.n_vars, 2, 2, lq)),
+        "c": (u32, (header.n_vars - header.n_public - 1, 2, lq)),
+        "h": (u32, (header.domain_size, 2, lq)),
+    }
+
+
+def hot_layout(header: ZKeyHeader) -> tuple[dict[str, int], int]:
+    """Page-aligned offset of each array in the hot buffer, and the buffer's size."""
+    offsets, pos = {}, 0
+    for name, nbytes in header.section_nbytes().items():
+        offsets[name] = pos
+        pos += _page_round(nbytes)
+    return offsets, pos
+
+
+def footprint(header: ZKeyHeader, tier: KeyTier) -> int:
+    """Bytes a key holds in the budget at ``tier`` (the steady state, without the load chunk)."""
+    if tier is KeyTier.COLD:
+        return 0
+    if tier is KeyTier.WARM:
+        return sum(header.section_nbytes().values())
+    return hot_layout(header)[1]
+
+
+def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int) -> int:
+    """Bytes reserved while loading to ``tier``: the footprint, plus one chunk of page cache for a hot load."""
+    if tier is KeyTier.HOT:
+        return footprint(header, tier) + min(chunk_bytes, max(header.section_nbytes().values()))
+    return footprint(header, tier)
+
+
+def _drop_page_cache(path: Path) -> None:
+    """Ask the kernel to forget the file's clean cached pages (uncharging them from our cgroup)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+class HostBuffer:
+    """One allocation from a host allocator (pinned where CUDA exists), carved into the key's arrays.
+
+    ``close`` frees it only when no array over it is still alive: every view numpy derives
+    from ``_array`` (slices, reshapes, dtype views) references it directly, so its reference
+    count tells whether anyone still looks at the memory (CPython semantics).
+    """
+
+    def __init__(self, nbytes: int, allocator: HostAllocator):
+        self.nbytes = nbytes
+        self._allocator = allocator
+        self._array, self._handle = allocator.allocate(max(nbytes, PAGE))
+
+    def array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape, dtype=object))
+        return self._array[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+    def view(self, offset: int, nbytes: int) -> memoryview:
+        return memoryview(self._array[offset : offset + nbytes])
+
+    def close(self) -> bool:
+        """Free the memory; False (nothing freed) while an array over it is still referenced."""
+        if self._array is None:
+            return True
+        if sys.getrefcount(self._array) > 2:  # our attribute + the argument
+            return False
+        self._array = None
+        self._allocator.free(self._handle)
+        self._handle = None
+        return True
+
+
+@dataclass
+class _Entry:
+    name: str
+    path: Path
+    header: ZKeyHeader
+    tier: KeyTier = KeyTier.COLD
+    zkey: ZKey | None = None
+    buffer: HostBuffer | None = None
+    reservation: Reservation | None = None
+    refcount: int = 0
+    last_used: float = 0.0  # time.monotonic() of the last release (or load)
+    loading: threading.Event | None = None  # set when an in-flight load ends
+    loads: int = 0
+    evictions: int = 0
+    load_seconds: float = 0.0
+    extras: dict | None = None  # per-key data derived by users (e.g. the prepared verification key); survives eviction
+
+
+class KeyLease:
+    """A counted reference to a loaded key; the key cannot be evicted until every lease is released."""
+
+    def __init__(self, manager: KeyManager, entry: _Entry):
+        self._manager = manager
+        self._entry = entry
+        self.name = entry.name
+        self.zkey: ZKey = entry.zkey
+        self.tier = entry.tier
+        self._released = False
+
+    @property
+    def header(self) -> ZKeyHeader:
+        return self._entry.header
+
+    @property
+    def extras(self) -> dict:
+        """A dict that lives with the key's registration (cache derived data here, e.g. a prepared vkey)."""
+        return self._entry.extras
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.zkey = None
+            self._manager._release(self._entry)
+
+    def __enter__(self) -> KeyLease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class KeyManager:
+    def __init__(
+        self,
+        budget: MemoryBudget,
+        *,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        idle_evict_s: float = 10.0,
+        default_tier: KeyTier = KeyTier.HOT,
+        allocator: HostAllocator | None = None,
+    ):
+        """``allocator`` makes the hot tier's buffers: default, page-locked where CUDA exists, else page-aligned mmap."""
+        if chunk_bytes < PAGE:
+            raise ValueError(f"chunk_bytes must be at least one page ({PAGE} bytes), got {chunk_bytes}")
+        if idle_evict_s < 0:
+            raise ValueError(f"idle_evict_s must be >= 0, got {idle_evict_s}")
+        if default_tier is KeyTier.COLD:
+            raise ValueError("the default tier for proving must be warm or hot")
+        self.budget = budget
+        self.chunk_bytes = chunk_bytes
+        self.idle_evict_s = idle_evict_s
+        self.default_tier = default_tier
+        self.allocator = allocator if allocator is not None else default_allocator()
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._zombie_lock = threading.Lock()
+        self._zombies: list[tuple[HostBuffer, Reservation]] = []  # unmapping blocked by a stray reference
+        budget.register_evictor(self.evict_idle)
+
+    # ---- registration -------------------------------------------------------------------
+    def register(self, name: str, path: str | os.PathLike) -> ZKeyHeader:
+        """Make ``name`` refer to the .zkey at ``path`` (cold); the header is read and validated now."""
+        if not name or not isinstance(name, str):
+            raise KeyManagerError(f"key name must be a non-empty string, got {name!r}")
+        path = Path(path)
+        header = read_zkey_header(path)  # FormatError (a ValueError) names the file and what is wrong
+        with self._lock:
+            old = self._entries.get(name)
+            if old is not None:
+                if old.path == path.resolve():
+                    return old.header
+                if old.refcount or old.loading is not None:
+                    raise KeyInUseError(f"key {name!r} is in use; cannot re-register it to {path}")
+            self._entries[name] = _Entry(name, path.resolve(), header, extras={})
+        if old is not None:
+            self._unload(old)
+        return header
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            entry = self._get(name)
+            if entry.refcount or entry.loading is not None:
+                raise KeyInUseError(f"key {name!r} is in use; cannot unregister it")
+            del self._entries[name]
+        self._unload(entry)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._entries)
+
+    def header(self, name: str) -> ZKeyHeader:
+        with self._lock:
+            return self._get(name).header
+
+    def footprint(self, name: str, tier: KeyTier | None = None) -> int:
+        with self._lock:
+            return footprint(self._get(name).header, tier or self.default_tier)
+
+    def _get(self, name: str) -> _Entry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise UnknownKeyError(name, sorted(self._entries))
+        return entry
+
+    # ---- use ----------------------------------------------------------------------------
+    def acquire(self, name: str, tier: KeyTier | None = None, *, cancelled: Callable[[], bool] | None = None) -> KeyLease:
+        """A lease on the key, loading it first if it is cold (or warm when ``tier`` is hot and nobody uses it).
+
+        Waits for room in the budget (evicting idle keys) and for a load already in flight.
+        ``cancelled`` is polled while waiting for room; when it fires, KeyLoadCancelled.
+        """
+        tier = tier or self.default_tier
+        if tier is KeyTier.COLD:
+            raise KeyManagerError("a key is used warm or hot, not cold")
+        while True:
+            with self._lock:
+                entry = self._get(name)
+                if entry.loading is None:
+                    upgrade = entry.tier is KeyTier.WARM and tier is KeyTier.HOT and entry.refcount == 0
+                    if entry.tier is not KeyTier.COLD and not upgrade:
+                        entry.refcount += 1
+                        entry.last_used = time.monotonic()
+                        return KeyLease(self, entry)
+                    entry.loading = threading.Event()
+                    if upgrade:  # drop the mapping first: the peak is never warm + hot
+                        self._detach(entry)
+                    break
+                in_flight = entry.loading
+            in_flight.wait()
+        try:
+            self._load(entry, tier, cancelled)
+        except BaseException:
+            with self._lock:
+                done, entry.loading = entry.loading, None
+            done.set()
+            raise
+        with self._lock:
+            entry.refcount += 1
+            entry.last_used = time.monotonic()
+            done, entry.loading = entry.loading, None
+            lease = KeyLease(self, entry)
+        done.set()
+        return lease
+
+    def preload(self, name: str, tier: KeyTier | None = None, *, cancelled: Callable[[], bool] | None = None) -> KeyTier:
+        """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier."""
+        with self.acquire(name, tier, cancelled=cancelled) as lease:
+            return lease.tier
+
+    def _release(self, entry: _Entry) -> None:
+        with self._lock:
+            entry.refcount -= 1
+            entry.last_used = time.monotonic()
+            idle = entry.refcount == 0
+        if idle and self.idle_evict_s == 0:
+            self.budget.notify_idle()
+
+    # ---- loading ------------------------------------------------------------------------
+    def _load(self, entry: _Entry, tier: KeyTier, cancelled: Callable[[], bool] | None) -> None:
+        header = entry.header
+        label = f"key {entry.name} ({tier.value})"
+        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes), label, cancelled)
+        t0 = time.perf_counter()
+        try:
+            if tier is KeyTier.HOT:
+                zkey, buffer = self._load_hot(entry, reservation)
+            else:
+                zkey, buffer = read_zkey(entry.path), None
+        except BaseException:
+            reservation.release()
+            raise
+        with self._lock:
+            entry.zkey, entry.buffer, entry.reservation, entry.tier = zkey, buffer, reservation, tier
+            entry.loads += 1
+            entry.load_seconds = time.perf_counter() - t0
+
+    def _reserve(self, nbytes: int, label: str, cancelled: Callable[[], bool] | None) -> Reservation:
+        if cancelled is None:
+            return self.budget.acquire(nbytes, "key", label=label)
+        while True:  # poll the cancel check between bounded waits
+            if cancelled():
+                raise KeyLoadCancelled(f"cancelled while waiting for room to load {label}")
+            try:
+                return self.budget.acquire(nbytes, "key", timeout=0.2, label=label)
+            except AcquireTimeout:
+                continue
+
+    def _load_hot(self, entry: _Entry, reservation: Reservation) -> tuple[ZKey, HostBuffer]:
+        header = entry.header
+        offsets, total = hot_layout(header)
+        sizes = header.section_nbytes()
+        sections = {s.type: s for s in header.sections}
+        buffer = HostBuffer(total, self.allocator)
+        try:
+            with open(entry.path, "rb", buffering=0) as f:
+                fd = f.fileno()
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+                for name, (stype, skip) in _SECTIONS.items():
+                    file_pos = sections[stype].offset + skip
+                    self._stream(f, fd, file_pos, buffer.view(offsets[name], sizes[name]), entry.path)
+            shapes = array_shapes(header)
+            arrays = {name: buffer.array(offsets[name], *shapes[name]) for name in _SECTIONS}
+            for arr in arrays.values():
+                arr.flags.writeable = False
+            zkey = ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, **arrays)
+            with BinFile(entry.path, "zkey", zkey_format.ZKEY_MAX_VERSION, zkey_format.SECTION_NAMES) as f:
+                zkey_format._check_coeffs(f, header, zkey.coeffs)
+        except BaseException:
+            arrays = zkey = None
+            buffer.close()
+            raise
+        reservation.release(reservation.nbytes - total)  # the chunk's page cache is gone: keep the final size
+        return zkey, buffer
+
+    def _stream(self, f, fd: int, file_pos: int, dest: memoryview, path: Path) -> None:
+        """Read ``len(dest)`` bytes from ``file_pos`` into ``dest`` chunk by chunk, dropping each chunk's page cache."""
+        f.seek(file_pos)
+        done = 0
+        while done < len(dest):
+            n = min(self.chunk_bytes, len(dest) - done)
+            got = f.readinto(dest[done : done + n])
+            if not got:
+                raise KeyManagerError(f"{path}: file ended at byte {file_pos + done} while loading (truncated since registration?)")
+            os.posix_fadvise(fd, file_pos + done, got, os.POSIX_FADV_DONTNEED)
+            done += got
+
+    # ---- eviction -----------------------------------------------------------------------
+    def evict(self, name: str) -> int:
+        """Drop a key to cold now (the Evict request); returns the bytes freed."""
+        with self._lock:
+            entry = self._get(name)
+            if entry.refcount or entry.loading is not None:
+                raise KeyInUseError(f"key {name!r} is in use by {entry.refcount} job(s); evict it once idle")
+            freed = self._detach(entry)
+            entry.evictions += 1 if freed else 0
+        return freed
+
+    def evict_idle(self, needed: int) -> int:
+        """The budget's evictor: idle keys, least recently used first, idle at least ``idle_evict_s``."""
+        now = time.monotonic()
+        freed = 0
+        with self._lock:
+            candidates = sorted(
+                (e for e in self._entries.values()
+                 if e.tier is not KeyTier.COLD and e.refcount == 0 and e.loading is None and now - e.last_used >= self.idle_evict_s),
+                key=lambda e: e.last_used,
+            )
+            victims = []
+            for entry in candidates:
+                if freed >= needed:
+                    break
+                victims.append(entry)
+                freed += entry.reservation.nbytes
+            detached = [(e.path, e.buffer, e.reservation) for e in victims]
+            for e in victims:
+                self._mark_cold(e)
+                e.evictions += 1
+        for args in detached:
+            self._free(*args)
+        self._retry_zombies()
+        if victims:
+            log.info("evicted idle keys %s for %s", [e.name for e in victims], format_size(needed))
+        return freed
+
+    def maintain(self) -> None:
+        """Periodic upkeep: hand idle keys to queued budget requests once their idle time has run out."""
+        self._retry_zombies()
+        if self.budget.shortfall() > 0:
+            self.budget.notify_idle()
+
+    def close(self) -> None:
+        """Drop every key (the engine is stopping); leases still out keep their arrays alive until released."""
+        with self._lock:
+            entries = list(self._entries.values())
+        for entry in entries:
+            self._unload(entry)
+        self.budget.unregister_evictor(self.evict_idle)
+
+    def _unload(self, entry: _Entry) -> None:
+        with self._lock:
+            self._detach(entry)
+
+    def _detach(self, entry: _Entry) -> int:
+        """Under the lock: mark the entry cold and free its memory. Returns the bytes released."""
+        if entry.reservation is None:
+            return 0
+        path, buffer, reservation = entry.path, entry.buffer, entry.reservation
+        freed = reservation.nbytes
+        self._mark_cold(entry)  # drops the entry's ZKey: with no lease out, nothing else holds its arrays
+        self._free(path, buffer, reservation)
+        return freed
+
+    @staticmethod
+    def _mark_cold(entry: _Entry) -> None:
+        entry.zkey = entry.buffer = entry.reservation = None
+        entry.tier = KeyTier.COLD
+
+    def _free(self, path: Path, buffer: HostBuffer | None, reservation: Reservation) -> None:
+        if buffer is None:  # warm: unmapped when the views die; then the cached pages can go
+            _drop_page_cache(path)
+            reservation.release()
+        elif buffer.close():
+            reservation.release()
+        else:
+            log.warning("key buffer for %s is still referenced; keeping its %s reserved until it is freed", path, format_size(reservation.nbytes))
+            with self._zombie_lock:
+                self._zombies.append((buffer, reservation))
+
+    def _retry_zombies(self) -> None:
+        with self._zombie_lock:
+            kept = []
+            for buffer, reservation in self._zombies:
+                if buffer.close():
+                    reservation.release()
+                else:
+                    kept.append((buffer, reservation))
+            self._zombies = kept
+
+    # ---- status -------------------------------------------------------------------------
+    def status(self) -> list[dict]:
+        with self._lock:
+            now = time.monotonic()
+            return [
+                {
+                    "name": e.name,
+                    "path": str(e.path),
+                    "curve": e.header.curve.name,
+                    "n_vars": e.header.n_vars,
+                    "n_public": e.header.n_public,
+                    "domain_size": e.header.domain_size,
+                    "tier": e.tier.value,
+                    "loading": e.loading is not None,
+                    "in_use": e.refcount,
+                    "reserved_bytes": e.reservation.nbytes if e.reservation else 0,
+                    "hot_bytes": footprint(e.header, KeyTier.HOT),
+                    "warm_bytes": footprint(e.header, KeyTier.WARM),
+                    "idle_s": None if e.tier is KeyTier.COLD or e.refcount else round(now - e.last_used, 3),
+                    "loads": e.loads,
+                    "evictions": e.evictions,
+                    "last_load_s": round(e.load_seconds, 4),
+                }
+                for e in sorted(self._entries.values(), key=lambda e: e.name)
+            ]
