@@ -77,11 +77,16 @@ def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def write_engine_state(data_dir: Path, *, budget_total: int, budget_reserved: int, charged_bytes: int | None, jobs_finished: int) -> None:
-    """Called by the engine process every heartbeat."""
+def write_engine_state(data_dir: Path, *, budget_total: int, budget_reserved: int, charged_bytes: int | None,
+                       untracked_peak: int | None, jobs_finished: int) -> None:
+    """Called by the engine process every heartbeat.
+
+    ``untracked_peak`` is the largest ``charged − reserved`` the engine has seen since it
+    started, kept by the engine itself so that no reading is lost between the supervisor's polls.
+    """
     atomic_write_json(Path(data_dir) / ENGINE_STATE_FILE, {
         "pid": os.getpid(), "time": time.time(), "budget_total": budget_total, "budget_reserved": budget_reserved,
-        "charged_bytes": charged_bytes, "jobs_finished": jobs_finished})
+        "charged_bytes": charged_bytes, "untracked_peak": untracked_peak, "jobs_finished": jobs_finished})
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -205,14 +210,19 @@ class Supervisor:
         return min(self.configured_budget, learned)
 
     def lowered_budget(self, death: Death) -> int | None:
-        """The budget after an OOM kill: a full budget plus the untracked part measured must fit the limit."""
+        """The budget after an OOM kill: one that fits beside the untracked memory measured, less a safety step.
+
+        The overshoot is ``budget + untracked − limit``; the new budget is the old one minus
+        that overshoot and minus ``min_oom_step`` of the limit, and at least ``min_oom_step``
+        lower than before, so that an imperfect measurement still converges.
+        """
         if death.budget is None:
             return None
-        step = int(death.budget * self.policy.min_oom_step)
+        lowered = int(death.budget * (1 - self.policy.min_oom_step))
         if death.max_untracked is not None:
             overshoot = death.budget + death.max_untracked - death.limit
-            step = max(step, overshoot)
-        return death.budget - step
+            lowered = min(lowered, death.budget - overshoot - int(death.limit * self.policy.min_oom_step))
+        return lowered
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -313,6 +323,7 @@ class Supervisor:
             log.info("engine stopped")
             return None
         engine_state = read_json(engine_state_path) or engine_state
+        max_untracked = _max_opt(max_untracked, _untracked(engine_state))
         oom_after = self.oom.read()
         oom_kill = returncode == -signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before
         limit = read_limits().ceiling_bytes
@@ -356,9 +367,9 @@ def _charged(limits: MemoryLimits) -> int | None:
 
 def _untracked(engine_state: dict[str, Any]) -> int | None:
     charged, reserved = engine_state.get("charged_bytes"), engine_state.get("budget_reserved")
-    if charged is None or reserved is None:
-        return None
-    return max(0, int(charged) - int(reserved))
+    now = None if charged is None or reserved is None else max(0, int(charged) - int(reserved))
+    peak = engine_state.get("untracked_peak")
+    return _max_opt(now, None if peak is None else int(peak))
 
 
 def _max_opt(a: int | None, b: int | None) -> int | None:

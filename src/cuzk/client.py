@@ -1,0 +1,254 @@
+"""Python client for the cuzk daemon.
+
+    from cuzk.client import Client
+    with Client("unix:/var/lib/cuzk/cuzk.sock") as c:
+        result = c.prove("sha256", Path("w.wtns").read_bytes())
+        Path("proof.json").write_text(result.proof_json)
+
+The daemon restarts its engine after a crash (an OOM kill included) and replays every job
+it had accepted, so the client rides over a restart: calls that cannot do harm twice
+(await, status, cancel, and submit with a ``request_id``) retry on UNAVAILABLE until their
+timeout; ``prove`` always sends a ``request_id`` for that reason. Every daemon error
+becomes a ``DaemonError`` (a ValueError, except the connection and timeout kinds) whose
+message is the daemon's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import grpc
+
+from .config import normalize_address
+from .server.proto import cuzk_pb2 as pb
+from .server.proto import cuzk_pb2_grpc as pb_grpc
+
+PRIORITIES = ("LOW", "NORMAL", "HIGH", "CRITICAL")
+STATES = ("QUEUED", "SYNTHESIZING", "PROVING", "DONE", "FAILED", "CANCELLED")
+# Responses are small (a proof, a status document); requests carry the witness.
+MAX_RESPONSE_BYTES = 64 << 20
+MAX_REQUEST_BYTES = 2 << 30
+T = TypeVar("T")
+
+
+class DaemonError(ValueError):
+    """The daemon refused a request; ``code`` is the gRPC status name ("NOT_FOUND", ...)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class DaemonUnavailable(ConnectionError):
+    """No daemon answers at the address (not started, restarting for longer than the timeout, wrong address)."""
+
+
+class AwaitTimeout(TimeoutError):
+    """The job did not finish within the timeout; it is still queued or running."""
+
+
+class RequestTooLarge(DaemonError):
+    pass
+
+
+class JobFailed(DaemonError):
+    """The job ran and failed (unsatisfied witness, witness for another circuit...)."""
+
+
+class JobCancelled(DaemonError):
+    pass
+
+
+@dataclass(frozen=True)
+class ProofResult:
+    job_id: str
+    state: str
+    circuit: str = ""
+    request_id: str = ""
+    proof_json: str = ""
+    public_signals: list[str] = field(default_factory=list)
+    error: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def proof(self) -> dict[str, Any]:
+        return json.loads(self.proof_json)
+
+    def public_json(self) -> str:
+        return json.dumps(self.public_signals, indent=1)
+
+    def write(self, proof_path: str | os.PathLike, public_path: str | os.PathLike) -> None:
+        """Write proof.json and public.json as snarkjs does."""
+        Path(proof_path).write_text(json.dumps(self.proof, indent=1))
+        Path(public_path).write_text(self.public_json())
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    circuit: str
+    priority: str
+    state: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: str
+    request_id: str
+    attempts: int
+
+
+def key_ref(key: str | os.PathLike) -> pb.KeyRef:
+    """A path (contains a slash, or ends in .zkey, or is an existing file) or else a registered name."""
+    text = os.fspath(key)
+    if isinstance(key, os.PathLike) or "/" in text or text.endswith(".zkey") or Path(text).is_file():
+        return pb.KeyRef(path=str(Path(text).absolute()))
+    return pb.KeyRef(name=text)
+
+
+def _priority(priority: str | int) -> int:
+    name = priority if isinstance(priority, str) else PRIORITIES[priority]
+    name = name.strip().upper()
+    if name not in PRIORITIES:
+        raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(reversed(PRIORITIES))}")
+    return pb.Priority.Value("PRIORITY_" + name)
+
+
+def _state_name(value: int) -> str:
+    return pb.JobState.Name(value).removeprefix("JOB_STATE_")
+
+
+def _result(msg: pb.ProofResult) -> ProofResult:
+    return ProofResult(job_id=msg.job_id, state=_state_name(msg.state), circuit=msg.circuit, request_id=msg.request_id,
+                       proof_json=msg.proof_json, public_signals=list(msg.public_signals), error=msg.error,
+                       timings=dict(msg.timings))
+
+
+class Client:
+    """One connection to a daemon at ``address`` (``unix:PATH``, a socket path, or ``HOST:PORT`` with a token).
+
+    ``restart_grace`` bounds how long a retrying call keeps trying while nothing answers
+    (the supervisor restarting the engine takes seconds, not minutes).
+    """
+
+    def __init__(self, address: str, token: str | None = None, *, restart_grace: float = 60.0):
+        self.address = normalize_address(address)
+        self.restart_grace = restart_grace
+        # The token is sent as call metadata on every call (the daemon checks it on TCP listeners).
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._channel = grpc.insecure_channel(self.address, options=[
+            ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)])
+        self._stub = pb_grpc.CuzkStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- calls ------------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[..., T], request: Any | Callable[[float | None], Any], *, timeout: float | None, retry: bool) -> T:
+        """One RPC (``request`` may be built from the time left); retried while unreachable if ``retry``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        unavailable_since: float | None = None
+        delay = 0.05
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            message = request(remaining) if callable(request) else request
+            try:
+                return fn(message, timeout=remaining, metadata=self._metadata)
+            except grpc.RpcError as exc:
+                now = time.monotonic()
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and retry:
+                    unavailable_since = unavailable_since or now
+                    give_up_at = unavailable_since + self.restart_grace
+                    if deadline is not None:
+                        give_up_at = min(give_up_at, deadline)
+                    if now < give_up_at:
+                        time.sleep(min(delay, give_up_at - now))
+                        delay = min(delay * 2, 1.0)
+                        continue
+                raise self._error(exc) from None
+
+    def _error(self, exc: grpc.RpcError) -> Exception:
+        code, details = exc.code(), exc.details() or ""
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return DaemonUnavailable(f"no cuzk daemon answers at {self.address}: {details}")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return AwaitTimeout(details if details and details != "Deadline Exceeded" else "the daemon did not answer in time")
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
+            return RequestTooLarge(code.name, f"request too large for the daemon ({details}); raise max_request in its config")
+        return DaemonError(code.name, details)
+
+    def submit(self, key: str | os.PathLike, witness: bytes, *, priority: str | int = "NORMAL",
+               request_id: str | None = None, timeout: float | None = 60.0) -> tuple[str, bool]:
+        """Queue a proof; returns (job_id, deduplicated). Durable on the daemon once this returns."""
+        req = pb.SubmitProofRequest(key=key_ref(key), witness=witness, priority=_priority(priority), request_id=request_id or "")
+        resp = self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
+        return resp.job_id, resp.deduplicated
+
+    def await_proof(self, job_id: str, timeout: float | None = None, *, check: bool = True) -> ProofResult:
+        """Wait for a job; raises AwaitTimeout when it is not done in ``timeout`` (it keeps running).
+
+        With ``check`` a failed or cancelled job raises JobFailed / JobCancelled.
+        """
+        # The RPC deadline is a little longer than the daemon's own wait, so its clearer message wins.
+        slack = 5.0
+        request = lambda left: pb.AwaitProofRequest(job_id=job_id, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
+        result = _result(self._call(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
+        return self._checked(result) if check else result
+
+    def prove(self, key: str | os.PathLike, witness: bytes, *, priority: str | int = "NORMAL",
+              request_id: str | None = None, timeout: float | None = None) -> ProofResult:
+        """Submit and wait; safe to retry across a daemon restart (a request_id is always sent)."""
+        request_id = request_id or f"prove-{uuid.uuid4().hex}"
+        started = time.monotonic()
+        job_id, _ = self.submit(key, witness, priority=priority, request_id=request_id,
+                                timeout=None if timeout is None else timeout)
+        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+        return self.await_proof(job_id, remaining)
+
+    @staticmethod
+    def _checked(result: ProofResult) -> ProofResult:
+        if result.state == "FAILED":
+            raise JobFailed("FAILED", f"job {result.job_id} failed: {result.error}")
+        if result.state == "CANCELLED":
+            raise JobCancelled("CANCELLED", f"job {result.job_id} was cancelled")
+        return result
+
+    def cancel(self, job_id: str, timeout: float | None = 30.0) -> tuple[bool, str]:
+        """Returns (cancelled, state): False when the job had already finished."""
+        resp = self._call(self._stub.CancelProof, pb.CancelProofRequest(job_id=job_id), timeout=timeout, retry=True)
+        return resp.cancelled, _state_name(resp.state)
+
+    def status(self, timeout: float | None = 30.0) -> dict[str, Any]:
+        resp = self._call(self._stub.GetStatus, pb.GetStatusRequest(), timeout=timeout, retry=False)
+        return json.loads(resp.status_json)
+
+    def metrics(self, timeout: float | None = 30.0) -> str:
+        return self._call(self._stub.GetMetrics, pb.GetMetricsRequest(), timeout=timeout, retry=False).text
+
+    def preload(self, key: str | os.PathLike, timeout: float | None = None) -> dict[str, Any]:
+        resp = self._call(self._stub.PreloadKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
+        return json.loads(resp.key_json)
+
+    def evict(self, key: str | os.PathLike, timeout: float | None = 60.0) -> dict[str, Any]:
+        resp = self._call(self._stub.EvictKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
+        return json.loads(resp.key_json)
+
+    def list_jobs(self, states: list[str] | None = None, limit: int = 0, timeout: float | None = 30.0) -> list[JobInfo]:
+        req = pb.ListJobsRequest(states=[pb.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []], limit=limit)
+        resp = self._call(self._stub.ListJobs, req, timeout=timeout, retry=False)
+        return [JobInfo(job_id=j.job_id, circuit=j.circuit, priority=pb.Priority.Name(j.priority).removeprefix("PRIORITY_"),
+                        state=_state_name(j.state), submitted_at=j.submitted_at, started_at=j.started_at or None,
+                        finished_at=j.finished_at or None, error=j.error, request_id=j.request_id, attempts=j.attempts)
+                for j in resp.jobs]

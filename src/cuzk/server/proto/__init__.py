@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC modules for cuzk.proto (regenerate with scripts/gen_proto.sh)."""

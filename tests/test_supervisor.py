@@ -1,0 +1,257 @@
+"""The supervisor against real child processes: deaths of every kind, real OOM kills in a real memory cgroup.
+
+The child here is a small stand-in workload that speaks the engine's heartbeat protocol and
+allocates what it is told (the supervisor only ever sees a process, its heartbeat file and
+the kernel's counters); the whole daemon under OOM is covered in test_daemon_memory.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cuzk.engine.supervisor import (
+    ENGINE_STATE_FILE, EXIT_CONFIG, EXIT_GAVE_UP, Death, Supervisor, SupervisorPolicy, SupervisorState, read_json)
+from cuzk.memory.limits import CgroupError
+from cuzk.memory.units import MiB
+
+# argv: data_dir mode budget [exit-status]
+FAKE_ENGINE = textwrap.dedent('''
+    import os, signal, sys, time
+    from pathlib import Path
+    from cuzk.engine.supervisor import write_engine_state
+    from cuzk.memory.limits import read_limits
+
+    data_dir, mode, budget = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    def on_term(*_):
+        (data_dir / "terminated").write_text(str(os.getpid()))
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    if mode == "exit":
+        sys.exit(int(sys.argv[4]))
+    def charged():
+        cgroup = read_limits().cgroup
+        return cgroup.charged_bytes if cgroup else None
+    def beat(reserved, done, peak):
+        write_engine_state(data_dir, budget_total=budget, budget_reserved=reserved, charged_bytes=charged(),
+                           untracked_peak=peak, jobs_finished=done)
+    idle = charged()
+    beat(0, 0, idle)
+    if mode == "alloc":
+        beat(budget, 0, idle)
+        held = b"\\x01" * budget  # every page touched: the kernel charges all of it
+        beat(budget, 1, idle)
+    else:
+        beat(0, 1 if mode == "idle-done" else 0, idle)
+    while True:
+        signal.pause()
+''')
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+@pytest.fixture
+def fake_engine(tmp_path) -> Path:
+    path = tmp_path / "fake_engine.py"
+    path.write_text(FAKE_ENGINE)
+    return path
+
+
+def fast_policy(**overrides) -> SupervisorPolicy:
+    values = dict(backoff_initial_s=0.01, backoff_max_s=0.05, settle_timeout_s=5.0, healthy_after_s=3600.0)
+    values.update(overrides)
+    return SupervisorPolicy(**values)
+
+
+def argv_for(fake_engine: Path, data_dir: Path, mode: str, *extra: str):
+    return lambda budget: [sys.executable, str(fake_engine), str(data_dir), mode, str(budget or 0), *extra]
+
+
+class InThread:
+    """Run a Supervisor on a thread of the test process (where no cgroup is needed)."""
+
+    def __init__(self, supervisor: Supervisor):
+        self.supervisor = supervisor
+        self.rc: int | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        self.rc = self.supervisor.run()
+
+    def stop(self) -> int:
+        self.supervisor.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "supervisor did not stop"
+        return self.rc
+
+
+def engine_pid(data_dir: Path) -> int | None:
+    state = read_json(data_dir / ENGINE_STATE_FILE)
+    return state["pid"] if state else None
+
+
+def test_sigkill_is_not_an_oom_kill_and_keeps_the_budget(tmp_path, fake_engine):
+    data_dir = tmp_path / "data"
+    sup = InThread(Supervisor(argv_for(fake_engine, data_dir, "idle-done"), data_dir, 300 * MiB, fast_policy()))
+    first = wait_for(lambda: engine_pid(data_dir), what="first engine heartbeat")
+    os.kill(first, signal.SIGKILL)
+    second = wait_for(lambda: (p := engine_pid(data_dir)) and p != first and p, what="restarted engine")
+    assert second != first
+    state = SupervisorState.load(data_dir)
+    assert state.restarts == 1 and state.oom_kills == 0
+    assert state.current_budget == 300 * MiB and state.learned_budget is None
+    assert "SIGKILL" in state.deaths[-1]["cause"] and "not by the OOM killer" in state.deaths[-1]["cause"]
+    assert sup.stop() == 0
+    # SIGTERM went to the engine, which shut down cleanly; nothing is left running.
+    assert (data_dir / "terminated").read_text() == str(second)
+    with pytest.raises(ProcessLookupError):
+        os.kill(second, 0)
+
+
+def test_gives_up_after_fruitless_restarts_with_a_message(tmp_path, fake_engine, caplog):
+    data_dir = tmp_path / "data"
+    sup = Supervisor(argv_for(fake_engine, data_dir, "exit", "1"), data_dir, None, fast_policy(max_fruitless_restarts=3))
+    t0 = time.monotonic()
+    assert sup.run() == EXIT_GAVE_UP
+    state = SupervisorState.load(data_dir)
+    assert len(state.deaths) == 3 and state.restarts == 2
+    assert "3 times in a row without finishing a job" in state.gave_up and "exited with status 1" in state.gave_up
+    assert "3 times in a row" in caplog.text
+    assert time.monotonic() - t0 < 20
+
+
+def test_engine_that_cannot_start_is_not_restarted(tmp_path, fake_engine):
+    data_dir = tmp_path / "data"
+    sup = Supervisor(argv_for(fake_engine, data_dir, "exit", str(EXIT_CONFIG)), data_dir, None, fast_policy())
+    assert sup.run() == EXIT_GAVE_UP
+    state = SupervisorState.load(data_dir)
+    assert len(state.deaths) == 1 and "could not start" in state.gave_up
+
+
+def test_backoff_grows_while_deaths_are_fruitless(tmp_path, fake_engine):
+    data_dir = tmp_path / "data"
+    policy = fast_policy(backoff_initial_s=0.2, backoff_max_s=0.4, max_fruitless_restarts=4)
+    sup = Supervisor(argv_for(fake_engine, data_dir, "exit", "2"), data_dir, None, policy)
+    assert sup.run() == EXIT_GAVE_UP
+    times = [d["time"] for d in SupervisorState.load(data_dir).deaths]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    # waits of 0.2, 0.4, 0.4 (capped) s between the four deaths, plus each child's start-up
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4 and gaps[2] >= 0.4
+
+
+@given(budget=st.integers(64 * MiB, 1 << 40), limit=st.integers(64 * MiB, 1 << 40), untracked=st.integers(0, 1 << 38))
+def test_lowered_budget_fits_beside_the_untracked_memory(budget, limit, untracked):
+    policy = SupervisorPolicy()
+    sup = Supervisor.__new__(Supervisor)
+    sup.policy = policy
+    death = Death(pid=1, returncode=-9, uptime_s=1, oom_kill=True, jobs_finished=0, budget=budget, max_untracked=untracked, limit=limit)
+    lowered = sup.lowered_budget(death)
+    assert lowered <= budget * (1 - policy.min_oom_step)
+    assert lowered + untracked <= limit * (1 - policy.min_oom_step) + 1
+
+
+# -- real OOM kills in a real memory cgroup ------------------------------------------------------
+
+SUPERVISOR_MAIN = textwrap.dedent('''
+    import logging, signal, sys
+    from pathlib import Path
+    from cuzk.engine.supervisor import Supervisor, SupervisorPolicy
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    fake, data_dir, mode, budget, min_budget = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    policy = SupervisorPolicy(backoff_initial_s=0.05, backoff_max_s=0.2, settle_timeout_s=10, healthy_after_s=3600,
+                              max_fruitless_restarts=4, min_budget=min_budget)
+    sup = Supervisor(lambda b: [sys.executable, fake, str(data_dir), mode, str(b)], data_dir, budget, policy)
+    if mode == "report-budget":
+        print(sup.starting_budget())
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, sup.stop)
+    sys.exit(sup.run())
+''')
+
+
+@pytest.fixture
+def cgroup_300m():
+    from cuzk.memory.cgroup import ChildCgroup
+
+    try:
+        cg = ChildCgroup.create(300 * MiB, prefix="cuzk-test-sup-")
+    except (CgroupError, PermissionError) as exc:
+        pytest.skip(f"no writable memory cgroup: {exc}")
+    try:
+        cg.oom_kills()
+    except CgroupError as exc:
+        cg.close()
+        pytest.skip(str(exc))
+    with cg:
+        yield cg
+
+
+def run_supervisor_in(cg, tmp_path, fake_engine, data_dir, mode, budget, min_budget=64 * MiB):
+    main = tmp_path / "supervisor_main.py"
+    main.write_text(SUPERVISOR_MAIN)
+    return cg.popen([sys.executable, str(main), str(fake_engine), str(data_dir), mode, str(budget), str(min_budget)],
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.cgroup
+def test_oom_kill_recognised_budget_lowered_persisted_and_reused(tmp_path, fake_engine, cgroup_300m):
+    data_dir = tmp_path / "data"
+    proc = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "alloc", 600 * MiB)
+    try:
+        # The first engine allocates its 600 MiB budget in a 300 MiB cgroup and is OOM-killed;
+        # the next one, at the learned budget, completes its "job".
+        wait_for(lambda: (s := read_json(data_dir / ENGINE_STATE_FILE)) and s["jobs_finished"] == 1, 60, "a surviving engine")
+        state = SupervisorState.load(data_dir)
+        assert state.oom_kills >= 1 and cgroup_300m.oom_kills() >= 1
+        assert state.deaths[0]["oom_kill"] and "OOM kill" in state.deaths[0]["cause"]
+        assert state.learned_budget is not None and state.learned_budget < 300 * MiB
+        assert state.current_budget == state.learned_budget
+        untracked = state.deaths[-1]["max_untracked"]
+        assert state.learned_budget + untracked <= 300 * MiB
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    assert "OOM kill" in out and "budget lowered to" in out
+
+    # A new supervisor under the same limit starts from the learned budget ...
+    report = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "report-budget", 600 * MiB)
+    assert int(report.communicate(timeout=30)[0].strip().splitlines()[-1]) == state.learned_budget
+    # ... and forgets it under a different limit.
+    cgroup_300m.set_limit(400 * MiB)
+    report = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "report-budget", 600 * MiB)
+    out = report.communicate(timeout=30)[0]
+    assert int(out.strip().splitlines()[-1]) == 600 * MiB and "forgetting the learned budget" in out
+
+
+@pytest.mark.cgroup
+def test_oom_with_a_budget_that_cannot_fit_stops_with_a_message(tmp_path, fake_engine, cgroup_300m):
+    data_dir = tmp_path / "data"
+    proc = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "alloc", 600 * MiB, min_budget=280 * MiB)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == EXIT_GAVE_UP, out
+    state = SupervisorState.load(data_dir)
+    assert state.oom_kills == 1 and "below the minimum" in state.gave_up
+    assert "memory limit is too small" in out
