@@ -76,6 +76,20 @@ def test_request_id_is_idempotent_and_refuses_reuse_for_other_work(tmp_path):
         j.submit("c", Priority.NORMAL, b"abc", request_id="")
 
 
+def test_a_failed_check_keeps_nothing(tmp_path):
+    j = Journal(tmp_path)
+
+    def refuse(path):
+        assert path.read_bytes() == b"bad"
+        raise ValueError("witness has 3 values but the circuit has 4 signals")
+
+    with pytest.raises(ValueError, match="3 values"):
+        j.submit("c", Priority.NORMAL, b"bad", request_id="x", check=refuse)
+    assert j.list() == [] and list(j.witness_dir.iterdir()) == []
+    rec, created = j.submit("c", Priority.NORMAL, b"good", request_id="x", check=lambda p: None)
+    assert created  # the refused attempt did not claim the request id
+
+
 def test_finish_deletes_the_witness_and_stores_the_result(tmp_path):
     j = Journal(tmp_path)
     rec, _ = j.submit("c", Priority.NORMAL, b"w")
@@ -140,7 +154,10 @@ def test_list_counts_keys_and_peaks(tmp_path):
     assert [r.job_id for r in j.list(circuit="b")] == [b.job_id]
     assert j.counts()["queued"] == 1 and j.counts()["cancelled"] == 1
     j.save_key("a", "/keys/a.zkey")
-    assert Journal(tmp_path).saved_keys() == {"a": "/keys/a.zkey"}
+    j.save_key("b", "/keys/b.zkey", r1cs="/keys/b.r1cs")
+    assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None), "b": ("/keys/b.zkey", "/keys/b.r1cs")}
+    j.forget_key("a")
+    assert list(j.saved_keys()) == ["b"]
     assert j.save_peak("a", 100) == 100 and j.save_peak("a", 50) == 100 and j.save_peak("a", 300) == 300
     assert j.saved_peaks() == {"a": 300}
 

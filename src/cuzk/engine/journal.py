@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
@@ -57,7 +57,8 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at);
 CREATE TABLE IF NOT EXISTS keys (
     name TEXT PRIMARY KEY,
-    path TEXT NOT NULL
+    path TEXT NOT NULL,
+    r1cs TEXT
 );
 CREATE TABLE IF NOT EXISTS circuit_peaks (
     circuit     TEXT PRIMARY KEY,
@@ -142,8 +143,14 @@ class Journal:
             self._db.close()
 
     # ---- submission ---------------------------------------------------------------
-    def submit(self, circuit: str, priority: Priority, witness: bytes, request_id: str | None = None) -> tuple[JobRecord, bool]:
-        """Make a job durable. Returns (record, created); created is False for a repeated request_id."""
+    def submit(self, circuit: str, priority: Priority, witness: bytes, request_id: str | None = None,
+               check: Callable[[Path], None] | None = None) -> tuple[JobRecord, bool]:
+        """Make a job durable. Returns (record, created); created is False for a repeated request_id.
+
+        ``check(path)`` runs on the written witness file before the job row is committed;
+        if it raises, nothing is kept and the error propagates (a witness that cannot
+        belong to the circuit is refused at the door, not failed later).
+        """
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise JobError("request_id must be a non-empty string (or None)")
         digest = hashlib.sha256(witness).hexdigest()
@@ -156,6 +163,8 @@ class Journal:
             path = self.witness_path(job_id)
             self._write_durably(path, witness)
             try:
+                if check is not None:
+                    check(path)
                 self._db.execute(
                     "INSERT INTO jobs (job_id, request_id, circuit, priority, state, witness_sha256, submitted_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -338,18 +347,19 @@ class Journal:
         )
 
     # ---- registered keys and learned peaks (so a restart remembers them) ----------------
-    def save_key(self, name: str, path: str) -> None:
+    def save_key(self, name: str, path: str, r1cs: str | None = None) -> None:
         with self._lock:
-            self._db.execute("INSERT INTO keys (name, path) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET path = excluded.path",
-                             (name, path))
+            self._db.execute("INSERT INTO keys (name, path, r1cs) VALUES (?, ?, ?) "
+                             "ON CONFLICT(name) DO UPDATE SET path = excluded.path, r1cs = excluded.r1cs", (name, path, r1cs))
 
     def forget_key(self, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM keys WHERE name = ?", (name,))
 
-    def saved_keys(self) -> dict[str, str]:
+    def saved_keys(self) -> dict[str, tuple[str, str | None]]:
+        """name → (zkey path, r1cs path or None)."""
         with self._lock:
-            return dict(self._db.execute("SELECT name, path FROM keys ORDER BY name").fetchall())
+            return {name: (path, r1cs) for name, path, r1cs in self._db.execute("SELECT name, path, r1cs FROM keys ORDER BY name")}
 
     def save_peak(self, circuit: str, peak_bytes: int) -> int:
         """Keep the largest measured working-set peak per circuit; returns the stored value."""
