@@ -47,10 +47,16 @@ FAKE_ENGINE = textwrap.dedent('''
                            untracked_peak=peak, jobs_finished=done)
     idle = charged()
     beat(0, 0, idle)
-    if mode == "alloc":
-        beat(budget, 0, idle)
-        held = b"\\x01" * budget  # every page touched: the kernel charges all of it
-        beat(budget, 1, idle)
+    if mode == "plan-and-fill":
+        # Like the engine: plan against min(budget, the kernel's ceiling now), keep a margin for
+        # what is not reserved, then fill the rest once told to go.
+        ceiling = min(budget, read_limits().ceiling_bytes)
+        reserve = ceiling - idle - (32 << 20)
+        while not (data_dir / "go").exists():
+            time.sleep(0.01)
+        beat(reserve, 0, idle)
+        held = b"\\x01" * reserve  # every page touched: the kernel charges all of it
+        beat(reserve, 1, idle)
     else:
         beat(0, 1 if mode == "idle-done" else 0, idle)
     while True:
@@ -161,15 +167,15 @@ def test_backoff_grows_while_deaths_are_fruitless(tmp_path, fake_engine):
     assert gaps[0] >= 0.2 and gaps[1] >= 0.4 and gaps[2] >= 0.4
 
 
-@given(budget=st.integers(64 * MiB, 1 << 40), limit=st.integers(64 * MiB, 1 << 40), untracked=st.integers(0, 1 << 38))
-def test_lowered_budget_fits_beside_the_untracked_memory(budget, limit, untracked):
-    policy = SupervisorPolicy()
+@given(planned=st.integers(64 * MiB, 1 << 40), limit=st.integers(64 * MiB, 1 << 40))
+def test_lowered_budget_is_below_both_the_plan_and_the_limit(planned, limit):
     sup = Supervisor.__new__(Supervisor)
-    sup.policy = policy
-    death = Death(pid=1, returncode=-9, uptime_s=1, oom_kill=True, jobs_finished=0, budget=budget, max_untracked=untracked, limit=limit)
+    sup.policy = SupervisorPolicy()
+    death = Death(pid=1, returncode=-9, uptime_s=1, oom_kill=True, jobs_finished=0, budget=planned, planned_ceiling=planned, limit=limit)
     lowered = sup.lowered_budget(death)
-    assert lowered <= budget * (1 - policy.min_oom_step)
-    assert lowered + untracked <= limit * (1 - policy.min_oom_step) + 1
+    step = sup.policy.min_oom_step
+    assert lowered <= planned * (1 - step) and lowered <= limit * (1 - step)
+    assert lowered >= min(planned, limit) * (1 - step) - 1
 
 
 # -- real OOM kills in a real memory cgroup ------------------------------------------------------
@@ -192,11 +198,11 @@ SUPERVISOR_MAIN = textwrap.dedent('''
 
 
 @pytest.fixture
-def cgroup_300m():
+def cgroup_1g():
     from cuzk.memory.cgroup import ChildCgroup
 
     try:
-        cg = ChildCgroup.create(300 * MiB, prefix="cuzk-test-sup-")
+        cg = ChildCgroup.create(1024 * MiB, prefix="cuzk-test-sup-")
     except (CgroupError, PermissionError) as exc:
         pytest.skip(f"no writable memory cgroup: {exc}")
     try:
@@ -215,41 +221,50 @@ def run_supervisor_in(cg, tmp_path, fake_engine, data_dir, mode, budget, min_bud
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def limit_lowered_under_a_running_engine(cg, data_dir: Path, limit: int) -> None:
+    """The engine planned against 800 MiB; the cgroup now allows less, and the engine goes ahead."""
+    wait_for(lambda: engine_pid(data_dir), what="first engine heartbeat")
+    cg.set_limit(limit)
+    (data_dir / "go").write_text("")
+
+
 @pytest.mark.cgroup
-def test_oom_kill_recognised_budget_lowered_persisted_and_reused(tmp_path, fake_engine, cgroup_300m):
+def test_oom_kill_recognised_budget_lowered_persisted_and_reused(tmp_path, fake_engine, cgroup_1g):
     data_dir = tmp_path / "data"
-    proc = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "alloc", 600 * MiB)
+    proc = run_supervisor_in(cgroup_1g, tmp_path, fake_engine, data_dir, "plan-and-fill", 800 * MiB)
     try:
-        # The first engine allocates its 600 MiB budget in a 300 MiB cgroup and is OOM-killed;
+        limit_lowered_under_a_running_engine(cgroup_1g, data_dir, 300 * MiB)
+        # The first engine fills its 800 MiB plan in a 300 MiB cgroup and is OOM-killed;
         # the next one, at the learned budget, completes its "job".
         wait_for(lambda: (s := read_json(data_dir / ENGINE_STATE_FILE)) and s["jobs_finished"] == 1, 60, "a surviving engine")
         state = SupervisorState.load(data_dir)
-        assert state.oom_kills >= 1 and cgroup_300m.oom_kills() >= 1
-        assert state.deaths[0]["oom_kill"] and "OOM kill" in state.deaths[0]["cause"]
-        assert state.learned_budget is not None and state.learned_budget < 300 * MiB
-        assert state.current_budget == state.learned_budget
-        untracked = state.deaths[-1]["max_untracked"]
-        assert state.learned_budget + untracked <= 300 * MiB
+        assert state.oom_kills == 1 and cgroup_1g.oom_kills() == 1
+        death = state.deaths[0]
+        assert death["oom_kill"] and "OOM kill" in death["cause"]
+        assert death["planned_ceiling"] == 800 * MiB and death["limit"] == 300 * MiB
+        assert state.learned_budget == int(300 * MiB * (1 - SupervisorPolicy().min_oom_step))
+        assert state.current_budget == state.learned_budget and state.learned_under_limit == 300 * MiB
     finally:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 0, out
-    assert "OOM kill" in out and "budget lowered to" in out
+    assert "OOM kill" in out and "budget lowered by" in out and "charged usage is down to" in out
 
     # A new supervisor under the same limit starts from the learned budget ...
-    report = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "report-budget", 600 * MiB)
+    report = run_supervisor_in(cgroup_1g, tmp_path, fake_engine, data_dir, "report-budget", 800 * MiB)
     assert int(report.communicate(timeout=30)[0].strip().splitlines()[-1]) == state.learned_budget
     # ... and forgets it under a different limit.
-    cgroup_300m.set_limit(400 * MiB)
-    report = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "report-budget", 600 * MiB)
+    cgroup_1g.set_limit(400 * MiB)
+    report = run_supervisor_in(cgroup_1g, tmp_path, fake_engine, data_dir, "report-budget", 800 * MiB)
     out = report.communicate(timeout=30)[0]
-    assert int(out.strip().splitlines()[-1]) == 600 * MiB and "forgetting the learned budget" in out
+    assert int(out.strip().splitlines()[-1]) == 800 * MiB and "forgetting the learned budget" in out
 
 
 @pytest.mark.cgroup
-def test_oom_with_a_budget_that_cannot_fit_stops_with_a_message(tmp_path, fake_engine, cgroup_300m):
+def test_oom_with_a_budget_that_cannot_fit_stops_with_a_message(tmp_path, fake_engine, cgroup_1g):
     data_dir = tmp_path / "data"
-    proc = run_supervisor_in(cgroup_300m, tmp_path, fake_engine, data_dir, "alloc", 600 * MiB, min_budget=280 * MiB)
+    proc = run_supervisor_in(cgroup_1g, tmp_path, fake_engine, data_dir, "plan-and-fill", 800 * MiB, min_budget=290 * MiB)
+    limit_lowered_under_a_running_engine(cgroup_1g, data_dir, 300 * MiB)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == EXIT_GAVE_UP, out
     state = SupervisorState.load(data_dir)

@@ -8,18 +8,24 @@ permitted). The journal makes restarts lossless: unfinished jobs are replayed.
 Telling an OOM kill from any other death uses the kernel's OOM counters (cgroup v2
 ``memory.events`` / v1 ``memory.oom_control`` ``oom_kill``; ``/proc/vmstat`` where no
 cgroup is visible): a SIGKILL is an OOM kill only if the counter moved while the engine ran.
-After one, the budget is lowered by the overshoot measured — the engine's budget plus the
-largest untracked memory seen (kernel-charged minus reserved) minus the kernel's limit — so
-that a full budget plus that untracked part fits. The supervisor then waits (polling) until
-the charged usage has really fallen, restarts with exponential backoff, and persists the
-learned budget in ``<data_dir>/supervisor.json`` together with the limit it was learned
-under (a different limit later makes it moot).
 
-The engine reports to the supervisor through ``<data_dir>/run/engine-state.json``
-(``write_engine_state``): its budget, what is reserved, what the kernel charges and how many
-jobs it finished. A run that finished a job or stayed up ``healthy_after_s`` made progress;
-``max_fruitless_restarts`` deaths in a row without progress, or a learned budget under
-``min_budget``, stop the supervisor with a message saying why.
+The budget the supervisor hands the engine is a *ceiling* in ``memory.plan``'s sense (the
+engine takes ``min(it, the kernel's limit)`` and subtracts its margin; its reconciler keeps
+untracked memory inside that). So after an OOM kill the supervisor measures the overshoot
+as the ceiling the engine planned against minus the limit the kernel killed it at (non-zero
+when the limit was lowered under a running engine, or the engine was told a budget the
+machine never had), and lowers the ceiling by that overshoot plus ``min_oom_step`` of it
+(the step alone when the engine knew the limit and a spike its reconciler could not see
+got it killed: each such OOM widens the safety margin). It then waits, polling, until the
+kernel's charged usage has really fallen, restarts with exponential backoff, and persists
+the learned ceiling in ``<data_dir>/supervisor.json`` together with the limit it was
+learned under (a different limit later makes it moot).
+
+The engine reports through ``<data_dir>/run/engine-state.json`` (``write_engine_state``):
+its budget, what is reserved and charged, and how many jobs it finished. A run that
+finished a job or stayed up ``healthy_after_s`` made progress; ``max_fruitless_restarts``
+deaths in a row without progress, or a learned ceiling under ``min_budget``, stop the
+supervisor with a message saying why.
 """
 
 from __future__ import annotations
@@ -127,9 +133,10 @@ class Death:
     uptime_s: float
     oom_kill: bool
     jobs_finished: int
-    budget: int | None
-    max_untracked: int | None
+    budget: int | None  # what the engine was given (None: no configured budget)
+    planned_ceiling: int  # min(budget, the kernel's ceiling when it started): what the engine planned against
     limit: int  # the kernel's ceiling (cgroup limit or MemTotal) when it died
+    last_state: dict[str, Any] = field(default_factory=dict)  # its last heartbeat
 
     @property
     def cause(self) -> str:
@@ -209,20 +216,10 @@ class Supervisor:
             return learned
         return min(self.configured_budget, learned)
 
-    def lowered_budget(self, death: Death) -> int | None:
-        """The budget after an OOM kill: one that fits beside the untracked memory measured, less a safety step.
-
-        The overshoot is ``budget + untracked − limit``; the new budget is the old one minus
-        that overshoot and minus ``min_oom_step`` of the limit, and at least ``min_oom_step``
-        lower than before, so that an imperfect measurement still converges.
-        """
-        if death.budget is None:
-            return None
-        lowered = int(death.budget * (1 - self.policy.min_oom_step))
-        if death.max_untracked is not None:
-            overshoot = death.budget + death.max_untracked - death.limit
-            lowered = min(lowered, death.budget - overshoot - int(death.limit * self.policy.min_oom_step))
-        return lowered
+    def lowered_budget(self, death: Death) -> int:
+        """The ceiling after an OOM kill: the planned one minus the overshoot measured, minus a safety step."""
+        overshoot = max(0, death.planned_ceiling - death.limit)
+        return int((death.planned_ceiling - overshoot) * (1 - self.policy.min_oom_step))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -256,20 +253,22 @@ class Supervisor:
                 return self._give_up(f"the engine could not start (exit status {EXIT_CONFIG}, see its error above); not restarting")
             if death.oom_kill:
                 self.state.oom_kills += 1
-                log.warning("engine pid %d: %s after %.1f s at budget %s (largest untracked %s, limit %s)",
-                            death.pid, death.cause, death.uptime_s, format_size(death.budget),
-                            format_size(death.max_untracked), format_size(death.limit))
+                last = death.last_state
+                log.warning("engine pid %d: %s after %.1f s; it planned against a ceiling of %s, the kernel's limit is %s "
+                            "(last heartbeat: reserved %s, charged %s, untracked peak %s)", death.pid, death.cause, death.uptime_s,
+                            format_size(death.planned_ceiling), format_size(death.limit), format_size(last.get("budget_reserved")),
+                            format_size(last.get("charged_bytes")), format_size(last.get("untracked_peak")))
                 lowered = self.lowered_budget(death)
-                if lowered is not None:
-                    if lowered < self.policy.min_budget:
-                        return self._give_up(
-                            f"the engine was OOM-killed at a budget of {format_size(death.budget)}; the budget that would fit "
-                            f"({format_size(lowered)}) is below the minimum {format_size(self.policy.min_budget)}: the memory "
-                            "limit is too small for this daemon; not restarting")
-                    budget = lowered
-                    self.state.learned_budget = lowered
-                    self.state.learned_under_limit = death.limit
-                    log.warning("budget lowered to %s (learned; persisted in %s)", format_size(lowered), self.data_dir / STATE_FILE)
+                if lowered < self.policy.min_budget:
+                    return self._give_up(
+                        f"the engine was OOM-killed planning against {format_size(death.planned_ceiling)}; the budget that would "
+                        f"fit ({format_size(lowered)}) is below the minimum {format_size(self.policy.min_budget)}: the memory "
+                        "limit is too small for this daemon; not restarting")
+                budget = lowered
+                self.state.learned_budget = lowered
+                self.state.learned_under_limit = death.limit
+                log.warning("budget lowered by %s to %s (learned; persisted in %s)", format_size(death.planned_ceiling - lowered),
+                            format_size(lowered), self.data_dir / STATE_FILE)
             else:
                 log.warning("engine pid %d: %s after %.1f s; restarting with the same budget", death.pid, death.cause, death.uptime_s)
             if fruitless >= self.policy.max_fruitless_restarts:
@@ -297,6 +296,8 @@ class Supervisor:
         engine_state_path = self.data_dir / ENGINE_STATE_FILE
         engine_state_path.unlink(missing_ok=True)
         oom_before = self.oom.read()
+        ceiling = read_limits().ceiling_bytes
+        planned_ceiling = ceiling if budget is None else min(budget, ceiling)
         started = time.monotonic()
         self._proc = proc = subprocess.Popen(self.engine_argv(budget), env=self.env, start_new_session=True)
         _set_oom_score_adj(proc.pid, ENGINE_OOM_SCORE_ADJ)
@@ -306,34 +307,19 @@ class Supervisor:
         log.info("engine started: pid %d, budget %s", proc.pid, format_size(budget) if budget else "auto")
         if self._stop.is_set():
             self.stop()
-
-        max_untracked: int | None = None
-        engine_state: dict[str, Any] = {}
-        while True:
-            try:
-                returncode = proc.wait(timeout=0.2)
-                break
-            except subprocess.TimeoutExpired:
-                engine_state = read_json(engine_state_path) or engine_state
-                max_untracked = _max_opt(max_untracked, _untracked(engine_state))
+        returncode = proc.wait()
         uptime = time.monotonic() - started
         _kill_group(proc.pid)
         self._proc = None
         if self._stop.is_set() and returncode in (0, -signal.SIGTERM):
             log.info("engine stopped")
             return None
-        engine_state = read_json(engine_state_path) or engine_state
-        max_untracked = _max_opt(max_untracked, _untracked(engine_state))
+        engine_state = read_json(engine_state_path) or {}
         oom_after = self.oom.read()
         oom_kill = returncode == -signal.SIGKILL and oom_before is not None and oom_after is not None and oom_after > oom_before
-        limit = read_limits().ceiling_bytes
-        reserved = engine_state.get("budget_reserved")
-        if oom_kill and reserved is not None:
-            # At the kill the kernel charged the whole limit while the engine had `reserved` booked.
-            max_untracked = _max_opt(max_untracked, limit - int(reserved))
         return Death(pid=proc.pid, returncode=returncode, uptime_s=uptime, oom_kill=oom_kill,
-                     jobs_finished=int(engine_state.get("jobs_finished") or 0),
-                     budget=engine_state.get("budget_total", budget), max_untracked=max_untracked, limit=limit)
+                     jobs_finished=int(engine_state.get("jobs_finished") or 0), budget=budget,
+                     planned_ceiling=planned_ceiling, limit=read_limits().ceiling_bytes, last_state=engine_state)
 
     def _wait_for_usage_to_fall(self, baseline: int | None, budget: int | None) -> None:
         """Poll the kernel's charged usage until the next engine's budget fits beside it, or it is back near where it started."""
@@ -363,17 +349,6 @@ class Supervisor:
 
 def _charged(limits: MemoryLimits) -> int | None:
     return limits.cgroup.charged_bytes if limits.cgroup is not None else None
-
-
-def _untracked(engine_state: dict[str, Any]) -> int | None:
-    charged, reserved = engine_state.get("charged_bytes"), engine_state.get("budget_reserved")
-    now = None if charged is None or reserved is None else max(0, int(charged) - int(reserved))
-    peak = engine_state.get("untracked_peak")
-    return _max_opt(now, None if peak is None else int(peak))
-
-
-def _max_opt(a: int | None, b: int | None) -> int | None:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def _kill_group(pgid: int) -> None:
