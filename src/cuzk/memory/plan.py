@@ -51,6 +51,8 @@ class BudgetPlan:
 
 
 _MIN_HEADROOM = 32 * MiB
+# Page tables cost ~0.2 %, pinned-memory driver bookkeeping a few %: far beyond that, the probe measured someone else.
+_PLAUSIBLE_OVERHEAD = 0.25
 
 
 def _default_headroom(ceiling: int) -> int:
@@ -66,6 +68,9 @@ def _probe_applies(probe: ProbeResult, limits: MemoryLimits) -> str | None:
     cgroup = limits.cgroup
     if probe.oom_killed or probe.allocated_bytes <= 0:
         return "it did not complete (OOM-killed or nothing allocated)"
+    if probe.overhead_ratio > _PLAUSIBLE_OVERHEAD:
+        return (f"its overhead of {probe.overhead_ratio * 100:.0f} % of what it allocated is implausible "
+                f"(usage measured by {probe.usage_source} moved under other processes?)")
     if cgroup is None or cgroup.effective_limit_bytes is None:
         return None if probe.cgroup_limit_bytes is None else "it was measured under a cgroup limit this process does not have"
     if (probe.cgroup_version, probe.cgroup_path, probe.cgroup_limit_bytes) != (cgroup.version, cgroup.path, cgroup.effective_limit_bytes):
