@@ -9,6 +9,10 @@ from pathlib import Path
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
+    if args.daemon:
+        from .server.commands import prove_with_daemon
+
+        return prove_with_daemon(args)
     from .backends import get_backend
     from .formats.json_io import write_proof, write_public
     from .formats.r1cs import read_r1cs
@@ -83,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    from .server.commands import add_daemon_commands, add_daemon_prove_options
+
+    add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_prove)
 
     p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>")
@@ -105,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_memory_commands(sub)
+    add_daemon_commands(sub)
     return parser
 
 

@@ -30,6 +30,7 @@ supervisor with a message saying why.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from ..memory.units import format_size
 log = logging.getLogger("cuzk.supervisor")
 
 STATE_FILE = "supervisor.json"
+LOCK_FILE = "supervisor.lock"
 ENGINE_STATE_FILE = Path("run") / "engine-state.json"
 # The engine exits with this when it cannot start at all (bad config, address in use, data dir
 # locked): restarting would only repeat it.
@@ -236,6 +238,20 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until ``stop()`` (returns 0) or until restarting cannot help (returns EXIT_GAVE_UP)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # One supervisor per data directory: a second one would overwrite the first's record.
+        lock_fd = os.open(self.data_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            log.error("cuzk supervisor: another cuzk daemon already supervises %s", self.data_dir)
+            return EXIT_GAVE_UP
+        try:
+            return self._supervise()
+        finally:
+            os.close(lock_fd)
+
+    def _supervise(self) -> int:
         _set_oom_score_adj("self", SUPERVISOR_OOM_SCORE_ADJ)
         self.state.supervisor_pid = os.getpid()
         self.state.gave_up = None

@@ -1,0 +1,283 @@
+"""The daemon's command-line verbs: ``cuzk daemon``, ``submit``, ``await``, ``status``, ``cancel``, ``keys``, ``jobs``, ``top``,
+and ``cuzk prove --daemon ADDR`` (the local prove's arguments, so a script switches with one flag).
+
+Clients find the daemon from ``--daemon ADDR``, else ``$CUZK_DAEMON``, else the first listen
+address of the configuration (``--config``, ``$CUZK_CONFIG``, ``~/.config/cuzk/cuzk.toml``,
+defaults: the unix socket in the default data directory); the token from ``$CUZK_TOKEN`` or
+the configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..memory.units import format_size
+
+
+# -- the daemon ---------------------------------------------------------------------------------
+
+def _cmd_daemon(args: argparse.Namespace) -> int:
+    from ..config import load_config
+    from ..engine.supervisor import Supervisor, atomic_write_json
+    from .daemon import serve
+
+    config = load_config(args.config, overrides={
+        "data_dir": args.data_dir, "listen": args.listen, "budget": args.budget, "http": args.http,
+        "token_file": args.token_file, "log_level": args.log_level})
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if args.no_supervise:
+        return serve(config)
+    config_path = config.data_dir / "run" / "daemon-config.json"
+    atomic_write_json(config_path, json.loads(config.to_json()))
+    config_path.chmod(0o600)  # it may hold the token
+
+    def engine_argv(budget: int | None) -> list[str]:
+        return [sys.executable, "-m", "cuzk.server", str(config_path), *(["--budget", str(budget)] if budget else [])]
+
+    supervisor = Supervisor(engine_argv, config.data_dir, config.budget, config.supervisor)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, supervisor.stop)
+    return supervisor.run()
+
+
+# -- clients ------------------------------------------------------------------------------------
+
+def _client(args: argparse.Namespace):
+    from ..client import Client
+    from ..config import client_target
+
+    address, token = client_target(args.daemon, args.config)
+    return Client(address, args.token or token)
+
+
+def _add_client_options(p: argparse.ArgumentParser, daemon_required: bool = False) -> None:
+    p.add_argument("--daemon", metavar="ADDR", required=daemon_required,
+                   help="daemon address: unix:PATH, a socket path, or HOST:PORT (default: $CUZK_DAEMON, else the config)")
+    p.add_argument("--token", help="bearer token for a TCP address (default: $CUZK_TOKEN, else the config)")
+    p.add_argument("--config", help="config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml)")
+
+
+def prove_with_daemon(args: argparse.Namespace) -> int:
+    """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>``; the zkey may also be a registered name."""
+    if args.r1cs:
+        raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
+    witness = Path(args.wtns).read_bytes()
+    with _client(args) as client:
+        result = client.prove(args.zkey, witness, priority=args.priority, timeout=args.timeout)
+    result.write(args.proof, args.public)
+    if args.verbose:
+        parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in result.timings.items())
+        print(f"[daemon {result.job_id}] {parts}", file=sys.stderr)
+    return 0
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        job_id, deduplicated = client.submit(args.key, Path(args.wtns).read_bytes(), priority=args.priority, request_id=args.request_id)
+    print(job_id)
+    if deduplicated:
+        print(f"(request id {args.request_id!r} was already submitted: this is that job)", file=sys.stderr)
+    return 0
+
+
+def _cmd_await(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        result = client.await_proof(args.job_id, args.timeout)
+    result.write(args.proof, args.public)
+    return 0
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        cancelled, state = client.cancel(args.job_id)
+    print(f"{args.job_id}: {'cancelling' if cancelled and state not in ('CANCELLED',) else state.lower()}"
+          + ("" if cancelled else " (already finished; nothing to cancel)"))
+    return 0
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        if args.action == "preload":
+            entry = client.preload(args.key)
+            print(f"{entry['name']}: {entry['tier']} ({format_size(entry['reserved_bytes'])})")
+        elif args.action == "evict":
+            entry = client.evict(args.key)
+            print(f"{entry['name']}: {entry['tier']} (freed {format_size(entry['freed_bytes'])})")
+        else:
+            keys = client.status()["keys"]
+            if args.json:
+                print(json.dumps(keys, indent=1))
+            for k in keys if not args.json else []:
+                print(f"{k['name']:<32} {k['tier']:<5} {k['curve']:<10} 2^{k['domain_size'].bit_length() - 1:<3} "
+                      f"{format_size(k['reserved_bytes']):>12}  in use {k['in_use']}  {k['path']}")
+    return 0
+
+
+def _cmd_jobs(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        jobs = client.list_jobs(states=args.state, limit=args.limit)
+    for j in jobs:
+        print(f"{j.job_id}  {j.state:<12} {j.priority:<8} {j.circuit}" + (f"  {j.error}" if j.error else ""))
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        status = client.status()
+    if args.json:
+        print(json.dumps(status, indent=1))
+        return 0
+    from rich.console import Console
+
+    Console().print(*render_status(status, []))
+    return 0
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    from rich.console import Console, Group
+    from rich.live import Live
+
+    console = Console()
+    with _client(args) as client:
+        def frame():
+            return Group(*render_status(client.status(), client.list_jobs(limit=args.jobs)))
+
+        if args.once:
+            console.print(frame())
+            return 0
+        try:
+            with Live(frame(), console=console, refresh_per_second=4, screen=False) as live:
+                while True:
+                    time.sleep(args.interval)
+                    live.update(frame())
+        except KeyboardInterrupt:
+            return 0
+
+
+def render_status(status: dict[str, Any], jobs: list) -> list:
+    """Rich renderables for budget, keys, jobs and workers (``cuzk status`` and each frame of ``cuzk top``)."""
+    from rich.table import Table
+
+    out: list = []
+    budget = status.get("budget", {})
+    reading = (status.get("reconciler") or {}).get("latest") or {}
+    server = status.get("server") or {}
+    supervisor = status.get("supervisor") or {}
+    head = Table.grid(padding=(0, 2))
+    head.add_row("daemon", f"pid {server.get('pid')}  {', '.join(server.get('listen', []))}"
+                 + (f"  http {server['http']}" if server.get("http") else ""))
+    head.add_row("budget", f"total {format_size(budget.get('total_bytes'))}  effective {format_size(budget.get('effective_total_bytes'))}  "
+                 f"reserved {format_size(budget.get('reserved_bytes'))}  untracked {format_size(reading.get('untracked_bytes'))}  "
+                 f"charged {format_size(reading.get('actual_bytes'))}  waiting {budget.get('waiters', 0)}")
+    head.add_row("reserved", "  ".join(f"{c} {format_size(e['bytes'])}" for c, e in budget.get("by_category", {}).items()))
+    if supervisor:
+        head.add_row("supervisor", f"restarts {supervisor.get('restarts', 0)}  OOM kills {supervisor.get('oom_kills', 0)}  "
+                     f"learned budget {format_size(supervisor.get('learned_budget')) if supervisor.get('learned_budget') else '-'}")
+    by_state = status.get("jobs", {}).get("by_state", {})
+    head.add_row("jobs", "  ".join(f"{s} {n}" for s, n in by_state.items()) or "none")
+    out.append(head)
+
+    keys = Table(title="keys", title_justify="left", expand=False)
+    for col in ("name", "tier", "curve", "domain", "reserved", "in use", "loads"):
+        keys.add_column(col)
+    for k in status.get("keys", []):
+        keys.add_row(k["name"], k["tier"], k["curve"], f"2^{k['domain_size'].bit_length() - 1}", format_size(k["reserved_bytes"]),
+                     str(k["in_use"]), str(k["loads"]))
+    out.append(keys)
+
+    workers = Table(title="workers", title_justify="left")
+    for col in ("name", "kind", "backend", "job", "done"):
+        workers.add_column(col)
+    for w in status.get("workers", []):
+        workers.add_row(w["name"], w["kind"], str(w.get("backend") or "-"), str(w.get("job") or "-"), str(w.get("jobs_done", 0)))
+    out.append(workers)
+
+    if jobs:
+        table = Table(title="recent jobs", title_justify="left")
+        for col in ("job", "state", "priority", "circuit", "time", "error"):
+            table.add_column(col)
+        for j in jobs:
+            took = f"{j.finished_at - j.started_at:.2f} s" if j.finished_at and j.started_at else "-"
+            table.add_row(j.job_id, j.state.lower(), j.priority.lower(), j.circuit, took, j.error[:60])
+        out.append(table)
+    return out
+
+
+# -- registration -------------------------------------------------------------------------------
+
+def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("daemon", help="run the proving daemon (engine under a supervisor that restarts it)")
+    p.add_argument("--config", help="TOML config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml if present)")
+    p.add_argument("--data-dir", help="journal, sockets and learned budget live here (default: ~/.local/share/cuzk)")
+    p.add_argument("--listen", action="append", metavar="ADDR",
+                   help="unix:PATH or HOST:PORT (TCP needs a token); repeatable (default: unix:<data-dir>/cuzk.sock)")
+    p.add_argument("--budget", help="memory ceiling, e.g. 24GiB (default: the real limit: cgroup or MemTotal)")
+    p.add_argument("--http", help="HOST:PORT for /metrics and /status ('' turns it off; default 127.0.0.1:9750)")
+    p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--no-supervise", action="store_true", help="run the engine in this process, without restarts")
+    p.set_defaults(func=_cmd_daemon)
+
+    p = sub.add_parser("submit", help="queue a proof on the daemon; prints the job id")
+    p.add_argument("key", help="a key name registered with the daemon, or a .zkey path")
+    p.add_argument("wtns")
+    p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower)
+    p.add_argument("--request-id", help="idempotency key: submitting it again returns the same job")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_submit)
+
+    p = sub.add_parser("await", help="wait for a job and write its proof: cuzk await <job_id> <proof.json> <public.json>")
+    p.add_argument("job_id")
+    p.add_argument("proof")
+    p.add_argument("public")
+    p.add_argument("--timeout", type=float, help="seconds (default: wait as long as it takes)")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_await)
+
+    p = sub.add_parser("cancel", help="cancel a job wherever it is")
+    p.add_argument("job_id")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_cancel)
+
+    p = sub.add_parser("status", help="the daemon's budget, keys, jobs and workers")
+    p.add_argument("--json", action="store_true", help="the full status document")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_status)
+
+    p = sub.add_parser("keys", help="list, preload or evict the daemon's proving keys")
+    p.add_argument("action", nargs="?", default="list", choices=["list", "preload", "evict"])
+    p.add_argument("key", nargs="?", help="name or .zkey path (preload, evict)")
+    p.add_argument("--json", action="store_true")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_keys)
+
+    p = sub.add_parser("jobs", help="list the daemon's jobs, newest first")
+    p.add_argument("--state", action="append", choices=["queued", "synthesizing", "proving", "done", "failed", "cancelled"])
+    p.add_argument("--limit", type=int, default=50)
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_jobs)
+
+    p = sub.add_parser("top", help="live view of the daemon: budget, keys, jobs, workers")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    p.add_argument("--jobs", type=int, default=12, help="recent jobs shown")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    _add_client_options(p)
+    p.set_defaults(func=_cmd_top)
+
+
+def add_daemon_prove_options(p: argparse.ArgumentParser) -> None:
+    """The options ``cuzk prove`` gains for proving on a daemon."""
+    p.add_argument("--daemon", metavar="ADDR", help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
+    p.add_argument("--token", help="bearer token for a TCP daemon (default: $CUZK_TOKEN, else the config)")
+    p.add_argument("--config", help="config file to find the token in")
+    p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower,
+                   help="with --daemon: the job's priority")
+    p.add_argument("--timeout", type=float, help="with --daemon: seconds to wait for the proof")

@@ -1,0 +1,172 @@
+"""The engine process: one ``Engine``, its gRPC listeners and its HTTP endpoints.
+
+``cuzk daemon`` runs this under the supervisor (``python -m cuzk.server CONFIG.json
+[--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
+socket (mode 0600, no token: the file's permissions are the access control) and, when
+configured, TCP addresses that demand the bearer token. Once everything listens,
+``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
+what tests and tools wait for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from .. import __version__
+from ..config import ConfigError, DaemonConfig
+from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
+from .auth import BearerTokenInterceptor
+from .http import StatusHttpServer
+from .metrics import DaemonMetrics
+from .proto import cuzk_pb2_grpc as pb_grpc
+from .service import CuzkService
+
+log = logging.getLogger("cuzk.daemon")
+
+DAEMON_FILE = Path("run") / "daemon.json"
+GRPC_THREADS = 64
+SHUTDOWN_GRACE_S = 5.0
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start as configured (address in use, bad key...): restarting will not help."""
+
+
+class Daemon:
+    def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False):
+        from ..engine.pipeline import Engine, EngineConfig
+
+        self.config = config
+        self.started_at = time.time()
+        values: dict[str, Any] = {**config.engine, "heartbeat": heartbeat}
+        values["keys"] = {**config.engine.get("keys", {}), **config.keys}
+        if budget is not None or config.budget is not None:
+            values["budget_bytes"] = budget if budget is not None else config.budget
+        try:
+            engine_config = EngineConfig.from_mapping(config.data_dir, values)
+        except (TypeError, ValueError) as exc:
+            raise StartupError(f"engine configuration: {exc}") from exc
+        self.engine = Engine(engine_config)
+        self.metrics = DaemonMetrics(self.status)
+        self.engine.add_listener(self._on_state)
+        self.service = CuzkService(self.engine, self.status, self.metrics.text)
+        self._servers: list[grpc.Server] = []
+        self._http: StatusHttpServer | None = None
+        self._stopped = threading.Event()
+
+    def _on_state(self, job_id: str, state) -> None:
+        if state.terminal:
+            self.metrics.observe(self.engine.get(job_id))
+
+    def status(self) -> dict[str, Any]:
+        supervisor = SupervisorState.load(self.config.data_dir)
+        return {
+            **self.engine.status(),
+            "supervisor": asdict(supervisor) if supervisor.supervisor_pid else None,
+            "server": {"version": __version__, "pid": os.getpid(), "started_at": self.started_at,
+                       "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
+                       "max_request_bytes": self.config.max_request},
+        }
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Daemon:
+        try:
+            self._listen()
+        except BaseException:
+            self.stop()
+            raise
+        self.engine.start()
+        atomic_write_json(self.config.data_dir / DAEMON_FILE, {
+            "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
+            "started_at": self.started_at})
+        log.info("cuzk daemon %s serving on %s%s", __version__, ", ".join(self.config.listen_addresses()),
+                 f"; HTTP on {self._http.address}" if self._http else "")
+        return self
+
+    def _listen(self) -> None:
+        options = [("grpc.max_receive_message_length", self.config.max_request), ("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.so_reuseport", 0)]
+        unix = [a for a in self.config.listen_addresses() if a.startswith("unix:")]
+        tcp = self.config.tcp_addresses()
+        groups = [(unix, [])] if unix else []
+        if tcp:
+            groups.append((tcp, [BearerTokenInterceptor(self.config.token)]))
+        for addresses, interceptors in groups:
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
+                                 interceptors=interceptors, options=options)
+            pb_grpc.add_CuzkServicer_to_server(self.service, server)
+            for address in addresses:
+                if address.startswith("unix:"):
+                    Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
+                old_umask = os.umask(0o077)  # the socket file is created 0600
+                try:
+                    port = server.add_insecure_port(address)
+                except RuntimeError as exc:
+                    raise StartupError(f"cannot listen on {address}: {exc}") from exc
+                finally:
+                    os.umask(old_umask)
+                if port == 0 and not address.startswith("unix:"):
+                    raise StartupError(f"cannot listen on {address} (in use, or not an address of this machine)")
+            server.start()
+            self._servers.append(server)
+        if self.config.http:
+            try:
+                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
+            except OSError as exc:
+                raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
+
+    def stop(self) -> None:
+        """Stop taking calls, stop the engine (work in flight stays journaled for the next one)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
+        # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
+        self.engine.stop(timeout=SHUTDOWN_GRACE_S)
+        events = [server.stop(SHUTDOWN_GRACE_S) for server in self._servers]
+        for event in events:
+            event.wait()
+        if self._http is not None:
+            self._http.stop()
+
+
+def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False) -> int:
+    """Run a daemon in this process until SIGTERM/SIGINT; the exit status tells the supervisor what happened."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        daemon = Daemon(config, budget, heartbeat=heartbeat).start()
+    except (StartupError, ConfigError, ValueError, OSError, RuntimeError) as exc:
+        # Bad config, a key that cannot be read, an address in use, a data directory another daemon holds.
+        log.error("cuzk daemon cannot start: %s", exc)
+        return EXIT_CONFIG
+    try:
+        stop.wait()
+    finally:
+        log.info("cuzk daemon stopping")
+        daemon.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cuzk.server", description="the cuzk engine process (started by `cuzk daemon`)")
+    parser.add_argument("config_json", help="the resolved daemon configuration, as written by `cuzk daemon`")
+    parser.add_argument("--budget", type=int, help="memory ceiling in bytes (the supervisor's learned budget)")
+    args = parser.parse_args(argv)
+    config = DaemonConfig.from_json(Path(args.config_json).read_text())
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    return serve(config, args.budget, heartbeat=True)

@@ -1,0 +1,191 @@
+"""The gRPC service: a thin adapter from cuzk.proto to the in-process ``Engine``.
+
+Each engine exception becomes a status code whose message is the exception's own (they
+name what is wrong); the mapping is ``status_for``. A key may be named (registered in the
+config or earlier) or given by path; a path is registered under its resolved path as the
+name, so jobs for it replay after a restart like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from ..engine.jobs import JobRecord, JobState, UnknownJobError
+from ..engine.journal import RequestIdConflict
+from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped
+from ..keys.manager import KeyInUseError, UnknownKeyError
+from .proto import cuzk_pb2 as pb
+from .proto import cuzk_pb2_grpc as pb_grpc
+
+log = logging.getLogger("cuzk.server")
+
+# How often a long await looks up from the engine to see whether its caller went away.
+AWAIT_SLICE_S = 1.0
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status (and message) an engine exception is answered with."""
+    if isinstance(exc, (UnknownKeyError, UnknownJobError, FileNotFoundError)):
+        return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, RequestIdConflict):
+        return grpc.StatusCode.ALREADY_EXISTS, str(exc)
+    if isinstance(exc, KeyInUseError):
+        return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
+    if isinstance(exc, EngineStopped):
+        return grpc.StatusCode.UNAVAILABLE, f"{exc} (the engine is restarting; retry)"
+    if isinstance(exc, TimeoutError):
+        return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
+    if isinstance(exc, (ValueError, OSError)):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
+
+
+def _rpc(method: Callable) -> Callable:
+    """Answer any exception the method raises with ``status_for``'s code instead of a bare INTERNAL."""
+
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            code, message = status_for(exc)
+            if code == grpc.StatusCode.INTERNAL:
+                log.exception("%s failed", method.__name__)
+            context.abort(code, message)
+
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    return wrapper
+
+
+def _priority(value: int) -> str:
+    return "NORMAL" if value == pb.PRIORITY_UNSPECIFIED else pb.Priority.Name(value).removeprefix("PRIORITY_")
+
+
+def _state(state: JobState) -> int:
+    return pb.JobState.Value("JOB_STATE_" + state.name)
+
+
+def proof_result(record: JobRecord) -> pb.ProofResult:
+    return pb.ProofResult(
+        job_id=record.job_id, state=_state(record.state), circuit=record.circuit, request_id=record.request_id or "",
+        proof_json=json.dumps(record.proof) if record.proof is not None else "",
+        public_signals=record.public_signals or [], error=record.error or "", timings=record.timings)
+
+
+class CuzkService(pb_grpc.CuzkServicer):
+    def __init__(self, engine: Engine, status: Callable[[], dict[str, Any]], metrics_text: Callable[[], str]):
+        self.engine = engine
+        self._status = status
+        self._metrics_text = metrics_text
+        self._register_lock = threading.Lock()
+
+    # -- keys ---------------------------------------------------------------------------------
+
+    def _key_name(self, ref: pb.KeyRef) -> str:
+        kind = ref.WhichOneof("ref")
+        if kind == "name":
+            return ref.name
+        if kind == "path":
+            path = Path(ref.path).resolve()
+            name = str(path)
+            with self._register_lock:
+                if name not in self.engine.keys.names():
+                    if not path.is_file():
+                        raise FileNotFoundError(f"no proving key file {path} on the daemon's machine")
+                    self.engine.register_key(name, path)
+            return name
+        raise ValueError("the request names no key: set key.name or key.path")
+
+    def _key_entry(self, name: str) -> dict[str, Any]:
+        for entry in self.engine.keys.status():
+            if entry["name"] == name:
+                return entry
+        raise UnknownKeyError(name, self.engine.keys.names())
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def _submit(self, request: pb.SubmitProofRequest) -> tuple[str, bool]:
+        circuit = self._key_name(request.key)
+        if not request.witness:
+            raise ValueError("the request carries no witness (.wtns bytes)")
+        started = time.time()
+        job_id = self.engine.submit(circuit, request.witness, _priority(request.priority), request.request_id or None)
+        deduplicated = bool(request.request_id) and self.engine.get(job_id).submitted_at < started
+        return job_id, deduplicated
+
+    def _await(self, job_id: str, timeout_s: float, context) -> JobRecord:
+        """Wait in slices, so a caller that gave up frees its thread within a slice."""
+        limits = [t for t in (timeout_s if timeout_s > 0 else None, context.time_remaining()) if t is not None]
+        deadline = time.monotonic() + min(limits) if limits else None
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                record = self.engine.get(job_id)
+                if record.finished:
+                    return record
+                raise TimeoutError(f"job {job_id} is still {record.state.value} after {timeout_s or min(limits):g} s "
+                                   "(it keeps running; await it again)")
+            try:
+                return self.engine.await_result(job_id, AWAIT_SLICE_S if left is None else min(left, AWAIT_SLICE_S))
+            except AwaitTimeout:
+                if not context.is_active():
+                    raise TimeoutError("the caller went away") from None
+
+    @_rpc
+    def SubmitProof(self, request, context):
+        job_id, deduplicated = self._submit(request)
+        return pb.SubmitProofResponse(job_id=job_id, deduplicated=deduplicated)
+
+    @_rpc
+    def AwaitProof(self, request, context):
+        return proof_result(self._await(request.job_id, request.timeout_s, context))
+
+    @_rpc
+    def Prove(self, request, context):
+        job_id, _ = self._submit(request.submit)
+        return proof_result(self._await(job_id, request.timeout_s, context))
+
+    @_rpc
+    def CancelProof(self, request, context):
+        cancelled = self.engine.cancel(request.job_id)
+        return pb.CancelProofResponse(cancelled=cancelled, state=_state(self.engine.get(request.job_id).state))
+
+    @_rpc
+    def ListJobs(self, request, context):
+        states = [JobState[pb.JobState.Name(s).removeprefix("JOB_STATE_")] for s in request.states
+                  if s != pb.JOB_STATE_UNSPECIFIED] or None
+        records = self.engine.list_jobs(states=states, limit=request.limit or 1_000_000)
+        return pb.ListJobsResponse(jobs=[pb.JobInfo(
+            job_id=r.job_id, circuit=r.circuit, priority=pb.Priority.Value("PRIORITY_" + r.priority.name), state=_state(r.state),
+            submitted_at=r.submitted_at, started_at=r.started_at or 0.0, finished_at=r.finished_at or 0.0,
+            error=r.error or "", request_id=r.request_id or "", attempts=r.attempts) for r in records])
+
+    # -- keys and status ----------------------------------------------------------------------
+
+    @_rpc
+    def PreloadKey(self, request, context):
+        name = self._key_name(request.key)
+        self.engine.preload(name)
+        return pb.KeyResponse(key_json=json.dumps(self._key_entry(name)))
+
+    @_rpc
+    def EvictKey(self, request, context):
+        name = self._key_name(request.key)
+        freed = self.engine.evict(name)
+        return pb.KeyResponse(key_json=json.dumps({**self._key_entry(name), "freed_bytes": freed}))
+
+    @_rpc
+    def GetStatus(self, request, context):
+        return pb.GetStatusResponse(status_json=json.dumps(self._status(), default=str))
+
+    @_rpc
+    def GetMetrics(self, request, context):
+        return pb.GetMetricsResponse(text=self._metrics_text())
