@@ -97,8 +97,8 @@ class DaemonConfig:
         return cls(**data)
 
 
-def default_data_dir() -> Path:
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+def default_data_dir(env: dict[str, str] | None = None) -> Path:
+    base = (os.environ if env is None else env).get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "cuzk"
 
 
@@ -172,9 +172,9 @@ def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
                         raise ConfigError(f"{where}.{name}: unknown setting (known: {', '.join(policy_fields)})")
                     current = getattr(cfg.supervisor, name)
                     setattr(cfg.supervisor, name, parse_size(item) if name == "min_budget" else type(current)(item))
-        except ConfigError:
-            raise
         except (TypeError, ValueError) as exc:
+            if str(exc).startswith(source):
+                raise
             raise ConfigError(f"{where}: {exc}") from exc
 
 
@@ -194,7 +194,7 @@ def load_config(
 ) -> DaemonConfig:
     """Defaults ← TOML file ← ``CUZK_*`` environment ← ``overrides`` (flags; None values are skipped)."""
     env = dict(os.environ if env is None else env)
-    cfg = DaemonConfig()
+    cfg = DaemonConfig(data_dir=default_data_dir(env))
     path = Path(config_file) if config_file else default_config_file(env)
     if path is not None:
         try:

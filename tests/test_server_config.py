@@ -1,0 +1,116 @@
+"""Daemon configuration: defaults ← TOML file ← CUZK_* environment ← flags, and clear errors for bad values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cuzk.config import ConfigError, DaemonConfig, client_target, load_config, normalize_address
+from cuzk.memory.units import GiB, MiB
+
+TOKEN = "0123456789abcdef-token"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_defaults_listen_on_the_unix_socket_in_the_data_dir(tmp_path):
+    cfg = load_config(env={"XDG_DATA_HOME": str(tmp_path)})
+    assert cfg.data_dir == tmp_path / "cuzk"
+    assert cfg.listen_addresses() == [f"unix:{tmp_path / 'cuzk' / 'cuzk.sock'}"]
+    assert cfg.tcp_addresses() == [] and cfg.token is None and cfg.budget is None
+
+
+def test_file_then_environment_then_flags(tmp_path):
+    toml = write(tmp_path / "cuzk.toml", f'''
+data_dir = "{tmp_path}/from-file"
+budget = "4GiB"
+max_request = "64MiB"
+http = "127.0.0.1:9999"
+[keys]
+sha = "{tmp_path}/sha.zkey"
+[engine]
+synth_workers = 2
+[supervisor]
+max_fruitless_restarts = 7
+min_budget = "128MiB"
+''')
+    cfg = load_config(toml, env={})
+    assert cfg.data_dir == tmp_path / "from-file" and cfg.budget == 4 * GiB and cfg.max_request == 64 * MiB
+    assert cfg.keys == {"sha": f"{tmp_path}/sha.zkey"} and cfg.engine == {"synth_workers": 2}
+    assert cfg.supervisor.max_fruitless_restarts == 7 and cfg.supervisor.min_budget == 128 * MiB
+
+    env = {"CUZK_BUDGET": "2GiB", "CUZK_DATA_DIR": str(tmp_path / "from-env"), "CUZK_HTTP": ""}
+    cfg = load_config(toml, env=env)
+    assert cfg.budget == 2 * GiB and cfg.data_dir == tmp_path / "from-env" and cfg.http is None
+    assert cfg.max_request == 64 * MiB  # untouched by the environment
+
+    cfg = load_config(toml, overrides={"budget": "1GiB", "data_dir": None}, env=env)
+    assert cfg.budget == 1 * GiB and cfg.data_dir == tmp_path / "from-env"  # a flag left unset changes nothing
+
+
+def test_config_file_from_the_environment(tmp_path):
+    toml = write(tmp_path / "c.toml", 'budget = "3GiB"\n')
+    assert load_config(env={"CUZK_CONFIG": str(toml)}).budget == 3 * GiB
+
+
+def test_tcp_needs_a_token_and_takes_one_from_a_file(tmp_path):
+    with pytest.raises(ConfigError, match="needs a bearer token"):
+        load_config(overrides={"listen": ["127.0.0.1:7750"]}, env={})
+    token_file = write(tmp_path / "token", TOKEN + "\n")
+    cfg = load_config(overrides={"listen": ["127.0.0.1:7750", f"unix:{tmp_path}/s.sock"], "token_file": str(token_file)}, env={})
+    assert cfg.token == TOKEN
+    assert cfg.tcp_addresses() == ["127.0.0.1:7750"]
+    with pytest.raises(ConfigError, match="at least 16 characters"):
+        load_config(overrides={"token": "short"}, env={})
+    with pytest.raises(ConfigError, match="cannot read token_file"):
+        load_config(overrides={"token_file": str(tmp_path / "missing")}, env={})
+
+
+@pytest.mark.parametrize("text, message", [
+    ('bugdet = "1GiB"\n', "bugdet: unknown setting"),
+    ('budget = "lots"\n', "budget: not a byte size"),
+    ('[supervisor]\nretries = 3\n', "supervisor.retries: unknown setting"),
+    ('listen = ["nowhere"]\n', "neither unix:PATH nor HOST:PORT"),
+    ('budget = \n', "not valid TOML"),
+    ('[keys]\nsha = 3\n', None),
+])
+def test_bad_values_name_the_setting_and_the_file(tmp_path, text, message):
+    toml = write(tmp_path / "bad.toml", text)
+    if message is None:  # a number where a path belongs is taken as its text, not rejected
+        assert load_config(toml, env={}).keys == {"sha": "3"}
+        return
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(toml, env={})
+    assert str(toml) in str(info.value)
+
+
+def test_socket_path_too_long_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="longer than 107 bytes"):
+        load_config(overrides={"data_dir": str(tmp_path / ("d" * 120))}, env={})
+
+
+def test_json_round_trip_is_what_the_engine_process_sees(tmp_path):
+    cfg = load_config(overrides={"data_dir": str(tmp_path), "budget": "1GiB", "listen": ["127.0.0.1:1", "unix:/tmp/x.sock"],
+                                 "token": TOKEN}, env={})
+    cfg.engine["synth_workers"] = 3
+    again = DaemonConfig.from_json(cfg.to_json())
+    assert again == cfg
+
+
+def test_client_target_precedence(tmp_path):
+    toml = write(tmp_path / "c.toml", f'listen = ["127.0.0.1:7001"]\ntoken = "{TOKEN}"\n')
+    assert client_target(None, toml, env={}) == ("127.0.0.1:7001", TOKEN)
+    assert client_target(None, toml, env={"CUZK_DAEMON": "127.0.0.1:7002"}) == ("127.0.0.1:7002", TOKEN)
+    assert client_target("unix:/run/x.sock", None, env={"CUZK_TOKEN": TOKEN}) == ("unix:/run/x.sock", TOKEN)
+
+
+@given(st.sampled_from(["unix:", "unix://", ""]), st.lists(st.text("abc_", min_size=1, max_size=8), min_size=1, max_size=4))
+def test_unix_addresses_normalise_to_absolute_paths(prefix, parts):
+    path = "/" + "/".join(parts) + ".sock"
+    assert normalize_address(prefix + path) == "unix:" + path
