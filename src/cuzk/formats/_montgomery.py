@@ -6,6 +6,8 @@ an R1CS against a witness. Field elements are rows of little-endian uint32 limbs
 project's layout, see backends/base.py); R = 2^(32·limbs).
 
 ``mont_mul(a, b) = a·b·R⁻¹ mod p`` (CIOS, 64-bit accumulators). Inputs must be < p.
+The backends have faster 64-bit-limb kernels, but this layer may not import them; this
+one is simple and fast enough for one-off validation and conversion passes.
 """
 
 from __future__ import annotations

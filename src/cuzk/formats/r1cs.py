@@ -310,24 +310,29 @@ def check_satisfied(r1cs: R1CS, witness) -> int | None:
         return None
     p, p_inv = montgomery_constants(curve.r, n_limbs)
     r_inv = ints_to_limbs([curve.Fr.R_inv], n_limbs)[0]
-    mats = (r1cs.A, r1cs.B, r1cs.C)
-    row_ptr = np.stack([M.row_ptr for M in mats])
-    offsets = np.zeros(4, dtype=np.int64)
-    np.cumsum([M.nnz for M in mats], out=offsets[1:])
-    cols = np.concatenate([M.col for M in mats])
-    coeffs = np.concatenate([M.values for M in mats])
+    A, B, C = r1cs.A, r1cs.B, r1cs.C
     failing = np.zeros(r1cs.n_constraints, dtype=np.bool_)
-    _unsatisfied_rows(row_ptr, offsets, cols, coeffs, np.ascontiguousarray(values), p, p_inv, r_inv, failing)
+    _unsatisfied_rows(A.row_ptr, A.col, A.values, B.row_ptr, B.col, B.values, C.row_ptr, C.col, C.values,
+                      np.ascontiguousarray(values), p, p_inv, r_inv, failing)  # fmt: skip
     bad = np.flatnonzero(failing)
     return int(bad[0]) if bad.size else None
 
 
+@njit(cache=True)
+def _dot_row(row_ptr, col, coeffs, i, w, p, p_inv, acc, prod, t) -> None:
+    """acc = Σ_k mont_mul(coeff_k, w[col_k]) over row i = (row · w)·R⁻¹."""
+    acc[:] = 0
+    for k in range(row_ptr[i], row_ptr[i + 1]):
+        mont_mul(coeffs[k], w[col[k]], p, p_inv, prod, t)
+        add_mod(acc, prod, p)
+
+
 @njit(cache=True, parallel=True)
-def _unsatisfied_rows(row_ptr, offsets, cols, coeffs, w, p, p_inv, r_inv, failing):
+def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, p, p_inv, r_inv, failing):
     """failing[i] = (A_i·w)(B_i·w) ≠ C_i·w.
 
-    Each Σ mont_mul(coef, w) is the true sum times R⁻¹, so the check compares
-    mont_mul(Aw', Bw') = AwBw·R⁻³ with mont_mul(Cw', R⁻¹) = Cw·R⁻³.
+    Each row sum comes out times R⁻¹, so the check compares mont_mul(Aw', Bw') = AwBw·R⁻³
+    with mont_mul(Cw', R⁻¹) = Cw·R⁻³.
     """
     n_limbs = p.shape[0]
     n = failing.shape[0]
@@ -335,19 +340,17 @@ def _unsatisfied_rows(row_ptr, offsets, cols, coeffs, w, p, p_inv, r_inv, failin
     for chunk in prange(n_chunks):
         t = np.empty(n_limbs + 2, dtype=np.uint64)
         prod = np.empty(n_limbs, dtype=np.uint32)
-        acc = np.empty((3, n_limbs), dtype=np.uint32)
-        lhs = np.empty(n_limbs, dtype=np.uint32)
-        rhs = np.empty(n_limbs, dtype=np.uint32)
+        aw = np.empty(n_limbs, dtype=np.uint32)
+        bw = np.empty(n_limbs, dtype=np.uint32)
+        cw = np.empty(n_limbs, dtype=np.uint32)
         for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            for m in range(3):
-                acc[m, :] = 0
-                for k in range(offsets[m] + row_ptr[m, i], offsets[m] + row_ptr[m, i + 1]):
-                    mont_mul(coeffs[k], w[cols[k]], p, p_inv, prod, t)
-                    add_mod(acc[m], prod, p)
-            mont_mul(acc[0], acc[1], p, p_inv, lhs, t)
-            mont_mul(acc[2], r_inv, p, p_inv, rhs, t)
+            _dot_row(a_ptr, a_col, a_val, i, w, p, p_inv, aw, prod, t)
+            _dot_row(b_ptr, b_col, b_val, i, w, p, p_inv, bw, prod, t)
+            _dot_row(c_ptr, c_col, c_val, i, w, p, p_inv, cw, prod, t)
+            mont_mul(aw, bw, p, p_inv, aw, t)
+            mont_mul(cw, r_inv, p, p_inv, cw, t)
             differ = False
             for j in range(n_limbs):
-                if lhs[j] != rhs[j]:
+                if aw[j] != cw[j]:
                     differ = True
             failing[i] = differ

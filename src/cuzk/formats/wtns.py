@@ -16,7 +16,6 @@ import numpy as np
 
 from ..curves import Curve, UnknownCurveError, curve_by_r
 from .binfile import BinFile, n8_of, write_binfile
-from .errors import FormatError
 from .limbs import first_not_below, ints_to_limbs
 
 WTNS_VERSION = 2

@@ -42,7 +42,6 @@ from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
 from ._montgomery import montgomery_constants, mont_mul_rows_by_constant
 from .binfile import BinFile, Section, n8_of, write_binfile
-from .errors import FormatError
 from .limbs import first_not_below, ints_to_limbs
 
 ZKEY_VERSION = 1
