@@ -13,6 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,7 +179,7 @@ def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: I
     half a key.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     sections = list(sections)
     try:
         with open(tmp, "wb") as f:

@@ -41,7 +41,7 @@ SECTION_NAMES = {
 MATRIX_NAMES = "ABC"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare by identity
 class SparseMatrix:
     """CSR rows: row i holds wires ``col[row_ptr[i]:row_ptr[i+1]]`` with coefficients ``values[...]`` (standard form)."""
 
@@ -68,7 +68,7 @@ class SparseMatrix:
         return cls(row_ptr, col, values)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare by identity
 class R1CS:
     path: Path | None
     curve: Curve

@@ -23,7 +23,7 @@ HEADER, VALUES = 1, 2
 SECTION_NAMES = {HEADER: "header", VALUES: "witness values"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare by identity
 class Witness:
     path: Path | None
     curve: Curve

@@ -140,7 +140,7 @@ class ZKeyHeader:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # holds arrays: compare by identity
 class ZKey(ZKeyHeader):
     """A whole key: the header plus read-only zero-copy uint32 views of the file's sections."""
 
@@ -151,6 +151,9 @@ class ZKey(ZKeyHeader):
     b2: np.ndarray  # (n_vars, 2, 2, Lq)
     c: np.ndarray  # (n_vars - n_public - 1, 2, Lq)
     h: np.ndarray  # (domain_size, 2, Lq)
+
+    __eq__ = object.__eq__  # not the header's field comparison: two keys are equal only if they are one
+    __hash__ = object.__hash__
 
     @property
     def header(self) -> ZKeyHeader:
@@ -179,7 +182,7 @@ def read_zkey(path: str | os.PathLike) -> ZKey:
         hdr = _read_header(f)
         lq = hdr.limbs_q
         coeffs = f.view(COEFFS, coeff_dtype(hdr.n8r), (hdr.n_coeffs,), offset=4)
-        _check_coeffs(f, hdr, coeffs)
+        check_coeffs(f, hdr, coeffs)
         return ZKey(
             **{fl.name: getattr(hdr, fl.name) for fl in fields(ZKeyHeader)},
             ic=f.view(IC, "<u4", (hdr.n_public + 1, 2, lq)),
@@ -322,7 +325,11 @@ def _read_mpc(f: BinFile, curve: Curve) -> MPCParams:
     return MPCParams(cs_hash, tuple(contributions))
 
 
-def _check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
+def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
+    """Validate coefficient entries (vectorised): matrix ∈ {0, 1}, constraint < domain_size, signal < n_vars, value < r.
+
+    Public so a loader that copies the section into its own buffers can check the copy.
+    """
     for field, bound, why in (
         ("matrix", 2, "must be 0 (A) or 1 (B)"),
         ("constraint", hdr.domain_size, f"must be < domainSize = {hdr.domain_size}"),
@@ -335,6 +342,9 @@ def _check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
     bad = first_not_below(coeffs["value"], hdr.curve.r)
     if bad is not None:
         raise f.error(COEFFS, f"entry #{bad}: value is not reduced modulo r")
+
+
+_check_coeffs = check_coeffs  # the name keys/manager.py used before this became public; remove when it switches
 
 
 # coefficient value conversions ---------------------------------------------------------
