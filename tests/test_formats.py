@@ -198,6 +198,16 @@ def test_first_not_below_finds_first_unreduced(values, which):
     assert first_not_below(ints_to_limbs(values, 2), bound) == expected
 
 
+def test_first_not_below_across_chunk_boundaries(monkeypatch):
+    from cuzk.formats import limbs
+
+    monkeypatch.setattr(limbs, "CHECK_CHUNK_ROWS", 3)
+    values = [5] * 10
+    for bad in (0, 2, 3, 7, 9):
+        assert first_not_below(ints_to_limbs(values[:bad] + [BN254.r] + values[bad + 1 :], 8), BN254.r) == bad
+    assert first_not_below(ints_to_limbs(values, 8), BN254.r) is None
+
+
 @pytest.mark.parametrize("curve", CURVES)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())

@@ -36,21 +36,28 @@ def limbs_to_int(row: np.ndarray) -> int:
     return int.from_bytes(np.ascontiguousarray(row, dtype="<u4").tobytes(), "little")
 
 
+CHECK_CHUNK_ROWS = 1 << 20  # rows per pass of the vectorised checks: bounds their temporaries to a few MB
+
+
 def first_not_below(limbs: np.ndarray, bound: int) -> int | None:
     """Index of the first row whose value is >= bound (e.g. a field element not reduced mod p), or None.
 
-    Vectorised: a lexicographic comparison from the top limb down, a few passes over the
-    array, with no per-element Python ints.
+    Vectorised: a lexicographic comparison from the top limb down, with no per-element
+    Python ints; done in chunks so the temporaries stay small for a file-sized array.
     """
     n_limbs = limbs.shape[1]
-    bound_limbs = [(bound >> (32 * i)) & 0xFFFFFFFF for i in range(n_limbs)]
     if bound >> (32 * n_limbs):
         return None  # every representable value is below the bound
-    below = np.zeros(limbs.shape[0], dtype=bool)
-    equal = np.ones(limbs.shape[0], dtype=bool)
-    for i in range(n_limbs - 1, -1, -1):
-        column = limbs[:, i]
-        below |= equal & (column < bound_limbs[i])
-        equal &= column == bound_limbs[i]
-    bad = np.flatnonzero(~below)
-    return int(bad[0]) if bad.size else None
+    bound_limbs = [(bound >> (32 * i)) & 0xFFFFFFFF for i in range(n_limbs)]
+    for start in range(0, limbs.shape[0], CHECK_CHUNK_ROWS):
+        chunk = limbs[start : start + CHECK_CHUNK_ROWS]
+        below = np.zeros(chunk.shape[0], dtype=bool)
+        equal = np.ones(chunk.shape[0], dtype=bool)
+        for i in range(n_limbs - 1, -1, -1):
+            column = chunk[:, i]
+            below |= equal & (column < bound_limbs[i])
+            equal &= column == bound_limbs[i]
+        bad = np.flatnonzero(~below)
+        if bad.size:
+            return start + int(bad[0])
+    return None

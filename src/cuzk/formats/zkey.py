@@ -42,7 +42,7 @@ from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
 from ._montgomery import montgomery_constants, mont_mul_rows_by_constant
 from .binfile import BinFile, Section, n8_of, write_binfile
-from .limbs import first_not_below, ints_to_limbs
+from .limbs import CHECK_CHUNK_ROWS, first_not_below, ints_to_limbs
 
 ZKEY_VERSION = 1
 ZKEY_MAX_VERSION = 2  # what snarkjs's prover accepts
@@ -335,10 +335,12 @@ def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
         ("constraint", hdr.domain_size, f"must be < domainSize = {hdr.domain_size}"),
         ("signal", hdr.n_vars, f"must be < nVars = {hdr.n_vars}"),
     ):
-        bad = np.flatnonzero(coeffs[field] >= bound)
-        if bad.size:
-            i = int(bad[0])
-            raise f.error(COEFFS, f"entry #{i}: {field} = {int(coeffs[field][i])} {why}")
+        column = coeffs[field]
+        for start in range(0, column.shape[0], CHECK_CHUNK_ROWS):
+            bad = np.flatnonzero(column[start : start + CHECK_CHUNK_ROWS] >= bound)
+            if bad.size:
+                i = start + int(bad[0])
+                raise f.error(COEFFS, f"entry #{i}: {field} = {int(column[i])} {why}")
     bad = first_not_below(coeffs["value"], hdr.curve.r)
     if bad is not None:
         raise f.error(COEFFS, f"entry #{bad}: value is not reduced modulo r")
