@@ -1,5 +1,7 @@
 """Reconciler: real untracked memory (touched numpy arrays outside the budget) shrinks the budget; freeing it recovers."""
 
+import time
+
 import numpy as np
 import pytest
 
@@ -28,7 +30,7 @@ def rss_plan():
 
 def test_untracked_memory_shrinks_the_budget_and_freeing_it_recovers():
     budget = MemoryBudget(TOTAL)
-    rec = Reconciler(budget, rss_plan(), source="rss")
+    rec = Reconciler(budget, rss_plan(), source="rss", recover_after_s=0)
     assert rec.sample().effective_total_bytes == TOTAL
     blob = untracked(160 * MiB)  # ~128 MiB past the allowance
     reading = rec.sample()
@@ -49,7 +51,7 @@ def test_untracked_memory_shrinks_the_budget_and_freeing_it_recovers():
 
 def test_recovery_waits_for_the_hysteresis_step_but_shrinking_does_not():
     budget = MemoryBudget(TOTAL)
-    rec = Reconciler(budget, rss_plan(), source="rss", hysteresis_bytes=120 * MiB)
+    rec = Reconciler(budget, rss_plan(), source="rss", hysteresis_bytes=120 * MiB, recover_after_s=0)
     a, b = untracked(80 * MiB), untracked(80 * MiB)
     low = rec.sample().effective_total_bytes
     assert low < TOTAL - 100 * MiB
@@ -60,13 +62,30 @@ def test_recovery_waits_for_the_hysteresis_step_but_shrinking_does_not():
     assert rec.sample().effective_total_bytes == TOTAL
 
 
+def test_recovery_waits_until_untracked_memory_has_stayed_low_for_the_window():
+    budget = MemoryBudget(TOTAL)
+    rec = Reconciler(budget, rss_plan(), source="rss", recover_after_s=0.3)
+    blob = untracked(160 * MiB)
+    high_at = time.monotonic()
+    shrunk = rec.sample()
+    assert shrunk.shrunk_bytes > 100 * MiB
+    del blob
+    # A dip of untracked memory (as while a reserved buffer is still being filled) does not give the memory back yet ...
+    dip = rec.sample()
+    assert dip.untracked_bytes < shrunk.untracked_bytes - 100 * MiB
+    assert dip.untracked_held_bytes == shrunk.untracked_bytes and budget.effective_total_bytes == shrunk.effective_total_bytes
+    # ... only once the whole window has stayed low.
+    wait_until(lambda: rec.sample().effective_total_bytes == TOTAL)
+    assert time.monotonic() - high_at >= 0.3
+
+
 def test_background_sampling_publishes_readings():
     budget = MemoryBudget(TOTAL)
     with Reconciler(budget, rss_plan(), source="rss", interval_s=0.01) as rec:
         wait_until(lambda: len(rec.history) >= 3)
         latest = rec.latest.to_dict()
     assert latest["source"] == "rss" and latest["reserved_bytes"] == 0
-    assert set(latest) >= {"actual_bytes", "untracked_bytes", "effective_total_bytes", "shrunk_bytes", "rss_bytes"}
+    assert set(latest) >= {"actual_bytes", "untracked_bytes", "untracked_held_bytes", "effective_total_bytes", "shrunk_bytes", "rss_bytes"}
 
 
 def test_source_follows_the_limit_that_binds():
@@ -82,3 +101,5 @@ def test_source_follows_the_limit_that_binds():
     assert Reconciler(MemoryBudget(configured.total_bytes), configured).source == "rss"
     with pytest.raises(ValueError, match="unknown reconciler source 'kernel'"):
         Reconciler(MemoryBudget(1), plan, source="kernel")
+    with pytest.raises(ValueError, match="recovery window"):
+        Reconciler(MemoryBudget(1), plan, recover_after_s=-1)

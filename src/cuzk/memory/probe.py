@@ -205,7 +205,10 @@ def _child(chunk: int, safety: int, max_bytes: int | None, pinned: bool, assumed
         return 0
     held, allocated, reason = [], 0, "safety distance reached"
     while True:
-        size = min(chunk, _room(location, safety, assumed_limit))
+        room = _room(location, safety, assumed_limit)
+        # Keep back 1/256 of the room for the chunk's own page tables (1/512 of it) and kernel slack,
+        # so that the last chunk lands under the safety distance, not just on it.
+        size = min(chunk, room - room // 256)
         if max_bytes is not None and allocated + size >= max_bytes:
             size, reason = max_bytes - allocated, "--max-mib reached"
         size -= size % mmap.PAGESIZE

@@ -7,16 +7,20 @@ Each sample reads the kernel's figure for the limit being defended, computes
 
 so that reserved + untracked + headroom never passes the ceiling. While untracked memory
 stays within the plan's allowance this leaves the budget whole; past it, the budget shrinks
-by the excess at once, and grows back (in steps of at least ``hysteresis_bytes``, or all the
-way) when the untracked memory goes away.
+by the excess at once. It grows back only when the untracked memory has stayed low for
+``recover_after_s`` (the effective total follows the largest untracked figure of that
+window), and then in steps of at least ``hysteresis_bytes`` or all the way.
+
+Why the window: a reservation is taken before its memory is touched, so while a buffer fills
+(a key streaming in for seconds) ``actual − reserved`` dips and untracked memory of that size
+is hidden. Recovering on such a dip would hand that memory out twice; a real workload was
+OOM-killed that way before the window existed.
 
 What "actual" is depends on which limit binds (``source="auto"``):
 - a cgroup limit: the cgroup's charged usage (usage − inactive_file) at the level holding the
   limit, other processes in it included, since the OOM killer counts them too;
 - MemTotal: machine-wide use (MemTotal − MemAvailable), since every process competes for it;
 - a configured ceiling below both: this process's RSS.
-Reserved-but-not-yet-touched memory hides untracked memory of the same size; reservations are
-meant to be filled promptly, and the plan's allowance absorbs the difference meanwhile.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class ReconcileReading:
     rss_bytes: int
     reserved_bytes: int
     untracked_bytes: int
+    untracked_held_bytes: int  # the largest untracked figure of the recovery window: what the effective total follows
     untracked_allowance_bytes: int
     ceiling_bytes: int
     headroom_bytes: int
@@ -65,11 +70,15 @@ class Reconciler:
     """Samples the kernel's charge against ``budget`` and adjusts its effective total; ``start()`` runs it in a thread."""
 
     def __init__(self, budget: MemoryBudget, plan: BudgetPlan, source: str = "auto", interval_s: float = 0.5,
-                 hysteresis_bytes: int | None = None, history: int = 240):
+                 hysteresis_bytes: int | None = None, recover_after_s: float = 10.0, history: int = 240):
         if source not in SOURCES:
             raise ValueError(f"unknown reconciler source {source!r} (one of {', '.join(SOURCES)})")
         if interval_s <= 0:
             raise ValueError(f"reconciler interval must be positive, got {interval_s}")
+        if recover_after_s < 0:
+            raise ValueError(f"reconciler recovery window must not be negative, got {recover_after_s}")
+        self.recover_after_s = recover_after_s
+        self._window: deque[tuple[float, int]] = deque()  # (monotonic time, untracked bytes) of recent samples
         self.budget = budget
         self.plan = plan
         self.interval_s = interval_s
@@ -116,15 +125,18 @@ class Reconciler:
         plan, budget = self.plan, self.budget
         reserved = budget.reserved_bytes
         untracked = max(0, actual - reserved)
-        target = max(0, min(budget.total_bytes, plan.ceiling_bytes - plan.headroom_bytes - untracked))
+        horizon = time.monotonic() - self.recover_after_s
+        with self._lock:
+            held = max([untracked] + [u for t, u in self._window if t >= horizon])
+        target = max(0, min(budget.total_bytes, plan.ceiling_bytes - plan.headroom_bytes - held))
         return ReconcileReading(
             at=time.time(), source=self.source, actual_bytes=actual, rss_bytes=rss, reserved_bytes=reserved,
-            untracked_bytes=untracked, untracked_allowance_bytes=plan.untracked_allowance_bytes,
+            untracked_bytes=untracked, untracked_held_bytes=held, untracked_allowance_bytes=plan.untracked_allowance_bytes,
             ceiling_bytes=plan.ceiling_bytes, headroom_bytes=plan.headroom_bytes, total_bytes=budget.total_bytes,
             effective_total_bytes=target)
 
     def sample(self) -> ReconcileReading:
-        """Measure once and adjust the budget's effective total: shrink at once, grow back by hysteresis steps."""
+        """Measure once and adjust the budget's effective total: shrink at once, grow back after the window, by steps."""
         reading = self.preview()
         budget, target = self.budget, reading.effective_total_bytes
         current = budget.effective_total_bytes
@@ -132,12 +144,16 @@ class Reconciler:
             budget.set_effective_limit(target)
             if target < budget.total_bytes and current == budget.total_bytes:
                 log.warning("memory budget shrunk to %s: %s untracked (allowance %s) by %s", format_size(target),
-                            format_size(reading.untracked_bytes), format_size(reading.untracked_allowance_bytes), self.source)
+                            format_size(reading.untracked_held_bytes), format_size(reading.untracked_allowance_bytes), self.source)
             elif target == budget.total_bytes and current < target:
                 log.info("memory budget back to its full %s", format_size(target))
         elif target != current:
             reading = replace(reading, effective_total_bytes=current)
+        now = time.monotonic()
         with self._lock:
+            self._window.append((now, reading.untracked_bytes))
+            while self._window and self._window[0][0] < now - self.recover_after_s:
+                self._window.popleft()
             self.history.append(reading)
             self.peak_actual_bytes = max(self.peak_actual_bytes, reading.actual_bytes)
             self.peak_untracked_bytes = max(self.peak_untracked_bytes, reading.untracked_bytes)
