@@ -1,0 +1,456 @@
+"""The CPU kernels of a Groth16 setup: many scalars times one base, sparse point sums, QAP columns.
+
+A setup without a ceremony file multiplies the two generators by millions of known
+scalars (the A, B, C, H and IC points are all g·(something)). One base means one
+precomputed table: with signed w-bit digits, table[j][d−1] = d·2^(w·j)·g for
+d = 1..2^(w−1), so each scalar costs ⌈(bits+1)/w⌉ − 1 mixed additions and no doubling
+at all. ``FixedBaseTable`` picks w from the number of scalars it will serve.
+
+A setup from a .ptau file cannot know τ; each key point is a short linear combination
+of the file's Lagrange-basis points, Σ c_t·P_t. ``sparse_combinations`` evaluates each
+such sum with Straus's interleaving (one shared doubling chain per output, an addition per
+set coefficient bit), taking each coefficient as ±min(c, r − c) so −1 costs as 1 does.
+
+Points are the backends' layout (backends/base.py): affine Montgomery uint32 limbs,
+``(n, 2, L)`` for G1, ``(n, 2, 2, L)`` for G2, all-zero for infinity; scalars are
+standard-form ``(n, Lr)`` uint32 rows below r. The arithmetic is ec.py's and field.py's,
+which serve Fp (G1) and Fp2 (G2) coordinates alike. Work is split into chunks run in
+parallel; each chunk ends with one batch inversion (Montgomery's trick) to go affine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ...curves import Curve
+from ...curves.ec import Point
+from ...formats.limbs import first_not_below
+from .ec import jac_from_affine
+from .field import (
+    FieldConsts,
+    as_u64,
+    fe_add,
+    fe_copy,
+    fe_double,
+    fe_inv,
+    fe_is_zero,
+    fe_mul,
+    fe_neg,
+    fe_set_one,
+    fe_set_zero,
+    fe_sqr,
+    fe_sub,
+    field_consts,
+    fp_add,
+    fp_copy,
+    fp_mul,
+    fp_set_zero,
+)
+
+CHUNK = 512  # points normalised per batch inversion (one inversion ≈ 400 products)
+MAX_WINDOW = 16
+
+
+# ----------------------------------------------------------------------------------
+# Shared pieces.
+
+
+@njit(cache=True)
+def jac_double(P, out, fc):
+    """2·P (dbl-2009-l), ``out`` may alias P.
+
+    TODO(ec.py): this and jac_add_affine duplicate backends/cpu/ec.py, whose versions crash
+    on G2 coordinates (their stack scratch outlives its frame); switch back once fixed.
+    """
+    if fe_is_zero(P[2]):
+        fe_set_zero(out[2])
+        return
+    t = np.zeros((5,) + P.shape[1:], dtype=np.uint64)
+    a, b, c, d, e = t[0], t[1], t[2], t[3], t[4]
+    fe_sqr(P[0], a, fc)
+    fe_sqr(P[1], b, fc)
+    fe_sqr(b, c, fc)
+    fe_add(P[0], b, d, fc)
+    fe_sqr(d, d, fc)
+    fe_sub(d, a, d, fc)
+    fe_sub(d, c, d, fc)
+    fe_double(d, d, fc)
+    fe_double(a, e, fc)
+    fe_add(e, a, e, fc)
+    fe_mul(P[1], P[2], out[2], fc)
+    fe_double(out[2], out[2], fc)
+    fe_sqr(e, out[0], fc)
+    fe_sub(out[0], d, out[0], fc)
+    fe_sub(out[0], d, out[0], fc)
+    fe_sub(d, out[0], d, fc)
+    fe_mul(e, d, out[1], fc)
+    fe_double(c, c, fc)
+    fe_double(c, c, fc)
+    fe_double(c, c, fc)
+    fe_sub(out[1], c, out[1], fc)
+
+
+@njit(cache=True)
+def jac_add_affine(P, Q, out, fc):
+    """P + Q for Jacobian P and affine Q, not infinity (madd-2007-bl); ``out`` may alias P."""
+    if fe_is_zero(P[2]):
+        jac_from_affine(Q, out, fc)
+        return
+    t = np.zeros((9,) + P.shape[1:], dtype=np.uint64)
+    z1z1, u2, s2, h, hh, i4, j, r, v = t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]
+    fe_sqr(P[2], z1z1, fc)
+    fe_mul(Q[0], z1z1, u2, fc)
+    fe_mul(Q[1], P[2], s2, fc)
+    fe_mul(s2, z1z1, s2, fc)
+    fe_sub(u2, P[0], h, fc)
+    fe_sub(s2, P[1], r, fc)
+    if fe_is_zero(h):
+        if fe_is_zero(r):
+            jac_double(P, out, fc)
+        else:
+            fe_set_zero(out[2])
+        return
+    fe_double(r, r, fc)
+    fe_sqr(h, hh, fc)
+    fe_double(hh, i4, fc)
+    fe_double(i4, i4, fc)
+    fe_mul(h, i4, j, fc)
+    fe_mul(P[0], i4, v, fc)
+    fe_add(P[2], h, out[2], fc)
+    fe_sqr(out[2], out[2], fc)
+    fe_sub(out[2], z1z1, out[2], fc)
+    fe_sub(out[2], hh, out[2], fc)
+    fe_mul(P[1], j, s2, fc)
+    fe_sqr(r, out[0], fc)
+    fe_sub(out[0], j, out[0], fc)
+    fe_sub(out[0], v, out[0], fc)
+    fe_sub(out[0], v, out[0], fc)
+    fe_sub(v, out[0], v, fc)
+    fe_mul(r, v, out[1], fc)
+    fe_double(s2, s2, fc)
+    fe_sub(out[1], s2, out[1], fc)
+
+
+@njit(cache=True)
+def _add_signed(P, Q, negate, neg_scratch, fc):
+    """P += ±Q for Jacobian P and affine Q (not infinity); ``neg_scratch`` is a (2, ...) affine buffer."""
+    if negate:
+        fe_copy(Q[0], neg_scratch[0])
+        fe_neg(Q[1], neg_scratch[1], fc)
+        jac_add_affine(P, neg_scratch, P, fc)
+    else:
+        jac_add_affine(P, Q, P, fc)
+
+
+@njit(cache=True)
+def _to_affine(jac, out, lo, hi, prefix, fc):
+    """out[lo:hi] = affine of jac[0:hi−lo] with one inversion; infinity (Z = 0) becomes all zero."""
+    t = np.zeros((3,) + jac.shape[2:], dtype=np.uint64)
+    acc = t[0]
+    zinv = t[1]
+    fe_set_one(acc, fc)
+    for k in range(hi - lo):
+        fe_copy(acc, prefix[k])
+        if not fe_is_zero(jac[k, 2]):
+            fe_mul(acc, jac[k, 2], acc, fc)
+    fe_inv(acc, acc, fc)
+    for k in range(hi - lo - 1, -1, -1):
+        P = jac[k]
+        if fe_is_zero(P[2]):
+            fe_set_zero(out[lo + k, 0])
+            fe_set_zero(out[lo + k, 1])
+            continue
+        fe_mul(acc, prefix[k], zinv, fc)  # 1/Z_k
+        fe_mul(acc, P[2], acc, fc)
+        fe_sqr(zinv, t[2], fc)
+        fe_mul(P[0], t[2], out[lo + k, 0], fc)
+        fe_mul(t[2], zinv, t[2], fc)
+        fe_mul(P[1], t[2], out[lo + k, 1], fc)
+
+
+# ----------------------------------------------------------------------------------
+# Fixed base.
+
+
+@njit(cache=True)
+def _window_digit(s, offset, w):
+    """The w-bit window of the uint64-limb scalar s starting at bit ``offset``."""
+    limb = offset >> 6
+    shift = offset & 63
+    if limb >= s.shape[0]:
+        return np.int64(0)
+    raw = s[limb] >> np.uint64(shift)
+    if shift + w > 64 and limb + 1 < s.shape[0]:
+        raw |= s[limb + 1] << np.uint64(64 - shift)
+    return np.int64(raw & ((np.uint64(1) << np.uint64(w)) - np.uint64(1)))
+
+
+@njit(cache=True)
+def _build_window(base, table_window, fc):
+    """table_window[d−1] = d·base (affine) for d = 1..len(table_window)."""
+    half = table_window.shape[0]
+    jac = np.zeros((half, 3) + table_window.shape[2:], dtype=np.uint64)
+    prefix = np.zeros((half,) + table_window.shape[2:], dtype=np.uint64)
+    jac_from_affine(base, jac[0], fc)
+    for d in range(1, half):
+        jac_add_affine(jac[d - 1], base, jac[d], fc)
+    _to_affine(jac, table_window, 0, half, prefix, fc)
+
+
+# A parallel loop body cannot capture the nested tuple ``fc`` (see field.py), so each
+# parallel kernel unpacks it before its prange and rebuilds it inside.
+
+
+@njit(cache=True, parallel=True)
+def _build_table(window_bases, table, fc):
+    """table[j, d−1] = d·window_bases[j], one window per parallel task."""
+    p, pinv, one, r2, pm2 = fc
+    for j in prange(table.shape[0]):
+        _build_window(window_bases[j], table[j], FieldConsts(p, pinv, one, r2, pm2))
+
+
+@njit(cache=True)
+def _fixed_base_range(table, w, scalars, out, lo, hi, fc):
+    n_windows, half = table.shape[0], table.shape[1]
+    full = np.int64(1) << np.int64(w)
+    jac = np.zeros((hi - lo, 3) + out.shape[2:], dtype=np.uint64)
+    prefix = np.zeros((hi - lo,) + out.shape[2:], dtype=np.uint64)
+    neg = np.zeros(out.shape[1:], dtype=np.uint64)
+    for i in range(lo, hi):
+        P = jac[i - lo]
+        carry = np.int64(0)
+        for j in range(n_windows):
+            d = _window_digit(scalars[i], j * w, w) + carry
+            carry = 0
+            if d > half:
+                d -= full
+                carry = 1
+            if d != 0:
+                _add_signed(P, table[j, abs(d) - 1], d < 0, neg, fc)
+    _to_affine(jac, out, lo, hi, prefix, fc)
+
+
+@njit(cache=True, parallel=True)
+def _fixed_base_mul(table, w, scalars, out, fc):
+    """out[i] = scalars[i]·g from the signed-window table of g (see FixedBaseTable)."""
+    n = scalars.shape[0]
+    p, pinv, one, r2, pm2 = fc
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        _fixed_base_range(table, w, scalars, out, c * CHUNK, min(n, (c + 1) * CHUNK), FieldConsts(p, pinv, one, r2, pm2))
+
+
+def _check_scalars(curve: Curve, scalars: np.ndarray) -> np.ndarray:
+    L = curve.Fr.limbs32
+    if scalars.dtype != np.uint32 or scalars.ndim != 2 or scalars.shape[1] != L:
+        raise ValueError(f"scalars must be an (n, {L}) uint32 array, got {scalars.dtype} {scalars.shape}")
+    bad = first_not_below(scalars, curve.r)
+    if bad is not None:
+        raise ValueError(f"scalar #{bad} is not reduced modulo r")
+    return np.ascontiguousarray(scalars)
+
+
+def _point_rows(curve: Curve, group: int, points: list[Point]) -> np.ndarray:
+    """Reference affine points → (n, 2, L) or (n, 2, 2, L) uint32 Montgomery rows."""
+    F = curve.Fq
+    coords = []
+    for P in points:
+        if P is None:
+            raise ValueError("a fixed base must not be the point at infinity")
+        coords += [P[0], P[1]] if group == 1 else [P[0][0], P[0][1], P[1][0], P[1][1]]
+    raw = b"".join(F.to_mont_bytes(c) for c in coords)
+    shape = (len(points), 2, F.limbs32) if group == 1 else (len(points), 2, 2, F.limbs32)
+    return np.frombuffer(raw, dtype="<u4").reshape(shape).copy()
+
+
+def window_for(bits: int, n_scalars: int) -> int:
+    """The window width minimising table building plus additions for ``n_scalars`` scalars."""
+
+    def cost(w: int) -> float:
+        n_windows = -(-(bits + 1) // w)
+        return n_windows * (1.5 * 2 ** (w - 1) + n_scalars)
+
+    return min(range(2, MAX_WINDOW + 1), key=cost)
+
+
+class FixedBaseTable:
+    """Multiples of one base point, ready to multiply it by many scalars.
+
+    ``group`` is 1 (G1) or 2 (G2); ``n_scalars`` is how many scalars the table will serve
+    in all (it sets the window width: a 2^20-point setup uses w = 16, a test w ≈ 6).
+    """
+
+    def __init__(self, curve: Curve, group: int, base: Point, n_scalars: int):
+        if group not in (1, 2):
+            raise ValueError(f"group must be 1 or 2, got {group}")
+        self.curve, self.group = curve, group
+        G = curve.G1 if group == 1 else curve.G2
+        bits = curve.r.bit_length()
+        self.window = window_for(bits, max(1, n_scalars))
+        n_windows = -(-(bits + 1) // self.window)
+        bases, P = [], base
+        for _ in range(n_windows):
+            bases.append(P)
+            P = G.mul(P, 1 << self.window)
+        self._fc = field_consts(curve.Fq)
+        window_bases = as_u64(_point_rows(curve, group, bases))
+        half = 1 << (self.window - 1)
+        self._table = np.zeros((n_windows, half) + window_bases.shape[1:], dtype=np.uint64)
+        _build_table(window_bases, self._table, self._fc)
+
+    @property
+    def nbytes(self) -> int:
+        return self._table.nbytes
+
+    def mul(self, scalars: np.ndarray) -> np.ndarray:
+        """scalars[i]·base for every row, as affine points in the backends' layout."""
+        scalars = _check_scalars(self.curve, scalars)
+        L = self.curve.Fq.limbs32
+        shape = (scalars.shape[0], 2, L) if self.group == 1 else (scalars.shape[0], 2, 2, L)
+        out = np.zeros(shape, dtype=np.uint32)
+        if scalars.shape[0]:
+            _fixed_base_mul(self._table, self.window, as_u64(scalars), as_u64(out), self._fc)
+        return out
+
+
+# ----------------------------------------------------------------------------------
+# Sparse combinations of given points (the .ptau path).
+
+
+@njit(cache=True)
+def _bit(s, k):
+    return (s[k >> 6] >> np.uint64(k & 63)) & np.uint64(1)
+
+
+@njit(cache=True)
+def _bit_length(s):
+    for limb in range(s.shape[0] - 1, -1, -1):
+        if s[limb] != 0:
+            v = s[limb]
+            n = 0
+            while v != 0:
+                v >>= np.uint64(1)
+                n += 1
+            return 64 * limb + n
+    return 0
+
+
+@njit(cache=True)
+def _sparse_range(points, indptr, index, magnitude, negative, out, lo, hi, fc):
+    jac = np.zeros((hi - lo, 3) + out.shape[2:], dtype=np.uint64)
+    prefix = np.zeros((hi - lo,) + out.shape[2:], dtype=np.uint64)
+    neg = np.zeros(out.shape[1:], dtype=np.uint64)
+    for k in range(lo, hi):
+        P = jac[k - lo]
+        top = 0
+        for e in range(indptr[k], indptr[k + 1]):
+            top = max(top, _bit_length(magnitude[e]))
+        for bit in range(top - 1, -1, -1):
+            jac_double(P, P, fc)
+            for e in range(indptr[k], indptr[k + 1]):
+                if _bit(magnitude[e], bit):
+                    B = points[index[e]]
+                    if not (fe_is_zero(B[0]) and fe_is_zero(B[1])):
+                        _add_signed(P, B, negative[e], neg, fc)
+    _to_affine(jac, out, lo, hi, prefix, fc)
+
+
+@njit(cache=True, parallel=True)
+def _sparse_combinations(points, indptr, index, magnitude, negative, out, fc):
+    """out[k] = Σ_t ±magnitude[t]·points[index[t]] over t in indptr[k]..indptr[k+1] (Straus)."""
+    n = out.shape[0]
+    p, pinv, one, r2, pm2 = fc
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        _sparse_range(points, indptr, index, magnitude, negative, out, c * CHUNK, min(n, (c + 1) * CHUNK), FieldConsts(p, pinv, one, r2, pm2))
+
+
+def sparse_combinations(curve: Curve, points: np.ndarray, indptr: np.ndarray, index: np.ndarray, coeffs: np.ndarray) -> np.ndarray:
+    """out[k] = Σ coeffs[t]·points[index[t]] for t in indptr[k]..indptr[k+1].
+
+    ``points`` are affine rows (G1 or G2, told apart by shape), ``coeffs`` standard-form
+    scalars. Each coefficient is used as ±min(c, r − c), so small negative numbers are as
+    cheap as small positive ones.
+    """
+    coeffs = _check_scalars(curve, coeffs)
+    indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    index = np.ascontiguousarray(index, dtype=np.int64)
+    if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != index.size:
+        raise ValueError("indptr must rise from 0 to len(index)")
+    if index.size != coeffs.shape[0]:
+        raise ValueError(f"{index.size} indices but {coeffs.shape[0]} coefficients")
+    if index.size and (index.min() < 0 or index.max() >= points.shape[0]):
+        raise ValueError(f"an index is outside the {points.shape[0]} points")
+    negative = _is_upper_half(curve, coeffs)
+    magnitude = coeffs.copy()
+    if negative.any():
+        magnitude[negative] = _negate(curve, coeffs[negative])
+    out = np.zeros((indptr.size - 1,) + points.shape[1:], dtype=np.uint32)
+    if out.shape[0]:
+        pts = np.ascontiguousarray(points, dtype=np.uint32)
+        _sparse_combinations(as_u64(pts), indptr, index, as_u64(magnitude), negative, as_u64(out), field_consts(curve.Fq))
+    return out
+
+
+def _is_upper_half(curve: Curve, scalars: np.ndarray) -> np.ndarray:
+    """Rows above (r − 1)/2, i.e. the ones whose negation r − c is the shorter number."""
+    half = (curve.r - 1) // 2
+    limbs = [(half >> (32 * i)) & 0xFFFFFFFF for i in range(scalars.shape[1])]
+    above = np.zeros(scalars.shape[0], dtype=bool)
+    equal = np.ones(scalars.shape[0], dtype=bool)
+    for i in range(scalars.shape[1] - 1, -1, -1):
+        col = scalars[:, i]
+        above |= equal & (col > limbs[i])
+        equal &= col == limbs[i]
+    return above
+
+
+def _negate(curve: Curve, scalars: np.ndarray) -> np.ndarray:
+    """r − c for nonzero standard-form rows, by vectorised borrow propagation."""
+    r_limbs = np.array([(curve.r >> (32 * i)) & 0xFFFFFFFF for i in range(scalars.shape[1])], dtype=np.int64)
+    out = np.empty_like(scalars)
+    borrow = np.zeros(scalars.shape[0], dtype=np.int64)
+    for i in range(scalars.shape[1]):
+        d = r_limbs[i] - scalars[:, i].astype(np.int64) - borrow
+        borrow = (d < 0).astype(np.int64)
+        out[:, i] = (d + (borrow << 32)).astype(np.uint32)
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# The QAP polynomials of every wire at τ (the no-ceremony path): column sums over Fr.
+
+
+@njit(cache=True)
+def _column_sums_range(indptr, rows, coeffs, lagrange, out, lo, hi, fc):
+    t = np.zeros((2,) + out.shape[1:], dtype=np.uint64)
+    for k in range(lo, hi):
+        fp_set_zero(t[0])
+        for e in range(indptr[k], indptr[k + 1]):
+            fp_mul(coeffs[e], lagrange[rows[e]], t[1], fc)  # standard × Montgomery = standard
+            fp_add(t[0], t[1], t[0], fc)
+        fp_copy(t[0], out[k])
+
+
+@njit(cache=True, parallel=True)
+def _column_sums(indptr, rows, coeffs, lagrange, out, fc):
+    n = out.shape[0]
+    p, pinv, one, r2, pm2 = fc
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        _column_sums_range(indptr, rows, coeffs, lagrange, out, c * CHUNK, min(n, (c + 1) * CHUNK), FieldConsts(p, pinv, one, r2, pm2))
+
+
+def column_sums(curve: Curve, indptr: np.ndarray, rows: np.ndarray, coeffs: np.ndarray, lagrange: np.ndarray) -> np.ndarray:
+    """out[k] = Σ coeffs[t]·lagrange[rows[t]] for t in indptr[k]..indptr[k+1], over Fr.
+
+    With a matrix's columns (one per wire) and the Lagrange basis at τ, this is every
+    wire's QAP polynomial at τ. ``coeffs`` are standard form and ``lagrange`` Montgomery
+    form, so the Montgomery product comes out in standard form, ready to be a scalar.
+    """
+    L = curve.Fr.limbs32
+    out = np.zeros((indptr.shape[0] - 1, L), dtype=np.uint32)
+    if out.shape[0] and rows.shape[0]:
+        _column_sums(
+            np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(rows, dtype=np.int64),
+            as_u64(np.ascontiguousarray(coeffs)), as_u64(np.ascontiguousarray(lagrange)), as_u64(out), field_consts(curve.Fr),
+        )  # fmt: skip
+    return out

@@ -1,0 +1,1 @@
+"""Circuits cuzk makes itself: synthetic constraint systems with witnesses, for benchmarks and tests."""

@@ -1,0 +1,423 @@
+"""Circuit-specific Groth16 setup: an .r1cs in, a snarkjs-compatible .zkey out.
+
+The key holds what snarkjs's ``zkey new`` plus one ``zkey contribute`` would produce, in
+the same sections and encodings, so snarkjs and cuzk both prove with it. For a circuit of
+m constraints and p public signals, on the domain of n = 2^k ≥ m + p + 1 rows (snarkjs
+adds one A-row per public signal and one for the constant, which binds them):
+
+- u_i, v_i, w_i(τ) = Σ_c A/B/C[c][i]·L_c(τ) for each wire i, with L_c the Lagrange basis
+  of the n-domain; the extra A-rows give u_i += L_{m+i}(τ) for i ≤ p;
+- A_i = u_i·G1, B1_i = v_i·G1, B2_i = v_i·G2;
+- IC_i = (β·u_i + α·v_i + w_i)·G1 for i ≤ p (γ = 1, as snarkjs leaves it), and
+  C_i = (β·u_i + α·v_i + w_i)/δ·G1 for the other wires;
+- H_j = L'_{2j+1}(τ)/δ·G1, L' the Lagrange basis of the 2n-domain: the prover evaluates
+  A·B − C on the odd half of that domain, where it equals h·Z with Z = −2, and
+  (A·B − C)(τ) = Σ_odd (A·B − C)(x_j)·L'_j(τ) because the even half vanishes;
+- the coefficient section lists A's and B's entries (plus the public A-rows), c·R².
+
+Two sources of τ, α, β:
+
+- **A snarkjs .ptau** (prepared for phase 2): its Lagrange-basis points L_c(τ)·G1/G2 and
+  α/β·L_c(τ)·G1 are combined per wire (``sparse_combinations``); τ is never known. A fresh
+  δ is applied, as one ``zkey contribute`` would.
+- **None**: τ, α, β, δ are sampled here from the OS CSPRNG and forgotten. Whoever runs
+  the setup could have kept them and forged proofs, so such a key is **for testing
+  only**; the key's contribution record says so, and so does the command's output.
+  The points are then g·scalar with known scalars: fixed-base multiplications from one
+  precomputed table per group, which is what makes a 2^20 key take minutes.
+
+Section 10 records one contribution (δ·G1, a proof-of-knowledge pair for δ, a name). Its
+circuit hash is left zero and the pair's G2 half is not snarkjs's hash-to-curve, so
+``snarkjs zkey verify`` does not accept these keys; snarkjs proves with them and exports
+their verification key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..backends.cpu.field import (
+    as_u32,
+    as_u64,
+    field_consts,
+    fp_add_vec,
+    fp_batch_inv_vec,
+    fp_mul_scalar_vec,
+    fp_mul_vec,
+    fp_powers_vec,
+    fp_sub_vec,
+    to_mont_int,
+)
+from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
+from ..curves import Curve
+from ..curves.ec import Point
+from ..formats.limbs import ints_to_limbs
+from ..formats.ptau import Ptau, read_ptau
+from ..formats.r1cs import R1CS, SparseMatrix, read_r1cs
+from ..formats.zkey import MPCParams, ZKeyContribution, coeff_dtype, encode_coeff_values, write_zkey
+
+TEST_ONLY_NAME = "cuzk setup, TEST ONLY: toxic waste sampled locally"
+CHUNK_POINTS = 1 << 16  # points computed and written per piece of a section
+
+
+class SetupError(ValueError):
+    """The circuit and the ceremony file cannot make a key (curve mismatch, domain too large...)."""
+
+
+@dataclass
+class SetupResult:
+    zkey: Path
+    curve: Curve
+    n_constraints: int
+    n_vars: int
+    n_public: int
+    domain_size: int
+    test_only: bool
+    contribution_name: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def domain_power(n_constraints: int, n_public: int) -> int:
+    """log2 of snarkjs's domain: the smallest 2^k > constraints + public signals (room for the extra rows)."""
+    return max(1, (n_constraints + n_public).bit_length())
+
+
+# ----------------------------------------------------------------------------------
+# Wires as columns: the transpose of the r1cs's constraint rows.
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Matrix entries grouped by wire: wire i's entries are indptr[i]..indptr[i+1] (rows = constraints)."""
+
+    indptr: np.ndarray  # (n_wires + 1,) int64
+    rows: np.ndarray  # (nnz,) int64
+    coeffs: np.ndarray  # (nnz, Lr) uint32, standard form
+
+
+def _columns(M: SparseMatrix, n_wires: int, extra_rows: np.ndarray | None = None, extra_cols: np.ndarray | None = None, one: np.ndarray | None = None) -> Columns:
+    rows = np.repeat(np.arange(M.n_rows, dtype=np.int64), np.diff(M.row_ptr))
+    cols = M.col.astype(np.int64)
+    values = M.values
+    if extra_rows is not None:
+        rows = np.concatenate([rows, extra_rows])
+        cols = np.concatenate([cols, extra_cols])
+        values = np.concatenate([values, np.broadcast_to(one, (extra_rows.size, values.shape[1]))])
+    order = np.argsort(cols, kind="stable")
+    indptr = np.zeros(n_wires + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cols, minlength=n_wires), out=indptr[1:])
+    return Columns(indptr, rows[order], np.ascontiguousarray(values[order]))
+
+
+def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:
+    """A (with snarkjs's extra rows m + i for the public wires i ≤ p), B and C by wire."""
+    m, p = r1cs.n_constraints, r1cs.n_public
+    one = ints_to_limbs([1], r1cs.curve.Fr.limbs32)[0]
+    public = np.arange(p + 1, dtype=np.int64)
+    return (
+        _columns(r1cs.A, r1cs.n_wires, m + public, public, one),
+        _columns(r1cs.B, r1cs.n_wires),
+        _columns(r1cs.C, r1cs.n_wires),
+    )
+
+
+def coefficient_section(r1cs: R1CS) -> np.ndarray:
+    """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R²."""
+    curve = r1cs.curve
+    m, p = r1cs.n_constraints, r1cs.n_public
+    parts = []
+    for matrix, M in ((0, r1cs.A), (1, r1cs.B)):
+        parts.append((np.full(M.nnz, matrix, np.uint32), np.repeat(np.arange(m, dtype=np.uint32), np.diff(M.row_ptr)), M.col.astype(np.uint32), M.values))
+    order = np.lexsort((np.concatenate([parts[0][0], parts[1][0]]), np.concatenate([parts[0][1], parts[1][1]])))
+    public = np.arange(p + 1, dtype=np.uint32)
+    matrix = np.concatenate([np.concatenate([parts[0][0], parts[1][0]])[order], np.zeros(p + 1, np.uint32)])
+    constraint = np.concatenate([np.concatenate([parts[0][1], parts[1][1]])[order], m + public])
+    signal = np.concatenate([np.concatenate([parts[0][2], parts[1][2]])[order], public])
+    values = np.concatenate([np.concatenate([parts[0][3], parts[1][3]])[order], ints_to_limbs([1] * (p + 1), curve.Fr.limbs32)])
+    out = np.empty(matrix.size, dtype=coeff_dtype(curve.Fr.n8))
+    out["matrix"], out["constraint"], out["signal"] = matrix, constraint, signal
+    out["value"] = encode_coeff_values(curve, values)
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# Fr helpers (field.py kernels on uint64 views).
+
+
+def _fr_row(curve: Curve, value: int, mont: bool) -> np.ndarray:
+    """One Fr element as a uint64 row, Montgomery form or standard form."""
+    if mont:
+        return to_mont_int(curve.Fr, value)
+    return as_u64(ints_to_limbs([value % curve.r], curve.Fr.limbs32))[0]
+
+
+def lagrange_at(curve: Curve, log_n: int, tau: int, odd_of_double: bool = False) -> np.ndarray:
+    """L_c(τ) for c < n = 2^log_n, Montgomery form ``(n, Lr)`` uint32.
+
+    With ``odd_of_double`` the basis is the 2n-domain's, at its odd points ω_2n^(2c+1)
+    (the H points' basis). Closed form L_j(τ) = (τ^N − 1)/N · x_j/(τ − x_j) over a
+    domain of N points x_j, with one batch inversion.
+    """
+    Fr = curve.Fr
+    fc = field_consts(Fr)
+    n = 1 << log_n
+    size = 2 * n if odd_of_double else n
+    xs = np.empty((n, Fr.limbs64), dtype=np.uint64)
+    fp_powers_vec(_fr_row(curve, curve.fr_root_of_unity(log_n), True), xs, fc)
+    if odd_of_double:
+        fp_mul_scalar_vec(xs, _fr_row(curve, curve.fr_root_of_unity(log_n + 1), True), xs, fc)
+    den = np.ascontiguousarray(np.broadcast_to(_fr_row(curve, tau, True), xs.shape))
+    fp_sub_vec(den, xs, den, fc)
+    fp_batch_inv_vec(den, den, fc)
+    fp_mul_vec(xs, den, xs, fc)
+    scale = (pow(tau, size, curve.r) - 1) * pow(size, -1, curve.r) % curve.r
+    fp_mul_scalar_vec(xs, _fr_row(curve, scale, True), xs, fc)
+    return as_u32(xs)
+
+
+def _scaled(curve: Curve, values: np.ndarray, k: int, mont_in: bool) -> np.ndarray:
+    """values·k: standard in, standard out (k taken in Montgomery form), or Montgomery in, standard out."""
+    out = np.empty(values.shape, dtype=np.uint32)
+    fp_mul_scalar_vec(as_u64(np.ascontiguousarray(values)), _fr_row(curve, k, not mont_in), as_u64(out), field_consts(curve.Fr))
+    return out
+
+
+def _add(curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    out = np.empty(a.shape, dtype=np.uint32)
+    fp_add_vec(as_u64(a), as_u64(b), as_u64(out), field_consts(curve.Fr))
+    return out
+
+
+# ----------------------------------------------------------------------------------
+# The two ways to the points.
+
+
+def _chunks(compute: Callable[[int, int], np.ndarray], n: int, on_done: Callable[[], None] | None = None) -> Iterator[np.ndarray]:
+    """Yield compute(lo, hi) over [0, n) in CHUNK_POINTS pieces (a section streams to the file)."""
+    for lo in range(0, n, CHUNK_POINTS):
+        yield compute(lo, min(n, lo + CHUNK_POINTS))
+    if on_done is not None:
+        on_done()
+
+
+def _random_scalar(curve: Curve) -> int:
+    return 1 + secrets.randbelow(curve.r - 1)
+
+
+class _Sections:
+    """The point sections of one key as lazily computed chunks, plus the header points."""
+
+    def __init__(self, r1cs: R1CS, log_n: int, delta: int, timings: dict[str, float]):
+        self.r1cs, self.curve, self.log_n, self.delta = r1cs, r1cs.curve, log_n, delta
+        self.n_public = r1cs.n_public
+        self.timings = timings
+        self._clock = time.perf_counter()
+
+    def _lap(self, name: str) -> Callable[[], None]:
+        def done() -> None:
+            now = time.perf_counter()
+            self.timings[name] = self.timings.get(name, 0.0) + now - self._clock
+            self._clock = now
+
+        return done
+
+
+class _FromToxicWaste(_Sections):
+    """τ, α, β known: every point is a fixed-base multiple of a generator."""
+
+    def __init__(self, r1cs: R1CS, log_n: int, timings: dict[str, float]):
+        curve = r1cs.curve
+        n = 1 << log_n
+        while True:
+            tau = _random_scalar(curve)
+            if pow(tau, 2 * n, curve.r) != 1:  # τ on the domain would make a Lagrange denominator zero
+                break
+        self.alpha, self.beta = _random_scalar(curve), _random_scalar(curve)
+        super().__init__(r1cs, log_n, _random_scalar(curve), timings)
+        G1, G2 = curve.G1, curve.G2
+        self.alpha1, self.beta1, self.beta2 = G1.mul(G1.generator, self.alpha), G1.mul(G1.generator, self.beta), G2.mul(G2.generator, self.beta)
+
+        t = time.perf_counter()
+        lag = lagrange_at(curve, log_n, tau)
+        cols_a, cols_b, cols_c = _wire_columns(r1cs)
+        self.u = column_sums(curve, cols_a.indptr, cols_a.rows, cols_a.coeffs, lag)
+        self.v = column_sums(curve, cols_b.indptr, cols_b.rows, cols_b.coeffs, lag)
+        w = column_sums(curve, cols_c.indptr, cols_c.rows, cols_c.coeffs, lag)
+        self.k = _add(curve, _add(curve, _scaled(curve, self.u, self.beta, False), _scaled(curve, self.v, self.alpha, False)), w)
+        self.h_lagrange = lagrange_at(curve, log_n, tau, odd_of_double=True)
+        del lag, w
+        timings["qap"] = time.perf_counter() - t
+
+        t = time.perf_counter()
+        n_g1 = 3 * r1cs.n_wires + n
+        self.g1 = FixedBaseTable(curve, 1, G1.generator, n_g1)
+        self.g2 = FixedBaseTable(curve, 2, G2.generator, r1cs.n_wires)
+        timings["tables"] = time.perf_counter() - t
+        self._clock = time.perf_counter()
+
+    def ic(self):
+        return _chunks(lambda lo, hi: self.g1.mul(self.k[lo:hi]), self.n_public + 1, self._lap("ic"))
+
+    def a(self):
+        return _chunks(lambda lo, hi: self.g1.mul(self.u[lo:hi]), self.r1cs.n_wires, self._lap("a"))
+
+    def b1(self):
+        return _chunks(lambda lo, hi: self.g1.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b1"))
+
+    def b2(self):
+        return _chunks(lambda lo, hi: self.g2.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b2"))
+
+    def c(self):
+        d_inv = pow(self.delta, -1, self.curve.r)
+        first = self.n_public + 1
+        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.k[first + lo : first + hi], d_inv, False)), self.r1cs.n_wires - first, self._lap("c"))
+
+    def h(self):
+        d_inv = pow(self.delta, -1, self.curve.r)
+        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.h_lagrange[lo:hi], d_inv, True)), 1 << self.log_n, self._lap("h"))
+
+
+class _FromPtau(_Sections):
+    """A ceremony's Lagrange-basis points: every point is a sparse combination of them."""
+
+    def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
+        super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
+        curve = r1cs.curve
+        from ..curves.serialize import g1_from_bytes, g2_from_bytes
+
+        self.alpha1 = g1_from_bytes(curve, ptau.alpha_g1().tobytes())
+        self.beta1 = g1_from_bytes(curve, ptau.beta_g1().tobytes())
+        self.beta2 = g2_from_bytes(curve, ptau.beta_g2().tobytes())
+        self.tau_g1 = ptau.lagrange("tau_g1", log_n)
+        self.tau_g2 = ptau.lagrange("tau_g2", log_n)
+        # One array for the C/IC combinations: [L·G1 | α·L·G1 | β·L·G1].
+        self.abc_g1 = np.concatenate([self.tau_g1, ptau.lagrange("alpha_tau_g1", log_n), ptau.lagrange("beta_tau_g1", log_n)])
+        self.h_basis = ptau.lagrange("tau_g1", log_n + 1)[1::2]
+        self.cols = _wire_columns(r1cs)
+        n = 1 << log_n
+        # C_i/IC_i = Σ A[c][i]·β·L_c + B[c][i]·α·L_c + C[c][i]·L_c: merge the three column sets.
+        a, b, c = self.cols
+        self.k_cols = _merge_columns([(a, 2 * n), (b, n), (c, 0)], r1cs.n_wires)
+        self._clock = time.perf_counter()
+
+    def _combine(self, points: np.ndarray, cols: Columns, lo: int, hi: int, scale: int | None = None) -> np.ndarray:
+        s, e = cols.indptr[lo], cols.indptr[hi]
+        coeffs = cols.coeffs[s:e]
+        if scale is not None:
+            coeffs = _scaled(self.curve, coeffs, scale, False)
+        return sparse_combinations(self.curve, points, cols.indptr[lo : hi + 1] - s, cols.rows[s:e], coeffs)
+
+    def ic(self):
+        return _chunks(lambda lo, hi: self._combine(self.abc_g1, self.k_cols, lo, hi), self.n_public + 1, self._lap("ic"))
+
+    def a(self):
+        return _chunks(lambda lo, hi: self._combine(self.tau_g1, self.cols[0], lo, hi), self.r1cs.n_wires, self._lap("a"))
+
+    def b1(self):
+        return _chunks(lambda lo, hi: self._combine(self.tau_g1, self.cols[1], lo, hi), self.r1cs.n_wires, self._lap("b1"))
+
+    def b2(self):
+        return _chunks(lambda lo, hi: self._combine(self.tau_g2, self.cols[1], lo, hi), self.r1cs.n_wires, self._lap("b2"))
+
+    def c(self):
+        d_inv = pow(self.delta, -1, self.curve.r)
+        first = self.n_public + 1
+        return _chunks(lambda lo, hi: self._combine(self.abc_g1, self.k_cols, first + lo, first + hi, d_inv), self.r1cs.n_wires - first, self._lap("c"))
+
+    def h(self):
+        d_inv = ints_to_limbs([pow(self.delta, -1, self.curve.r)], self.curve.Fr.limbs32)
+
+        def compute(lo: int, hi: int) -> np.ndarray:
+            coeffs = np.ascontiguousarray(np.broadcast_to(d_inv, (hi - lo, d_inv.shape[1])))
+            return sparse_combinations(self.curve, self.h_basis[lo:hi], np.arange(hi - lo + 1), np.arange(hi - lo), coeffs)
+
+        return _chunks(compute, 1 << self.log_n, self._lap("h"))
+
+
+def _merge_columns(parts: list[tuple[Columns, int]], n_wires: int) -> Columns:
+    """One column set from several, each part's rows shifted by its offset (wire by wire, parts in order)."""
+    counts = sum(np.diff(c.indptr) for c, _ in parts)
+    indptr = np.zeros(n_wires + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    wires = np.concatenate([np.repeat(np.arange(n_wires), np.diff(c.indptr)) for c, _ in parts])
+    order = np.argsort(wires, kind="stable")
+    rows = np.concatenate([c.rows + off for c, off in parts])[order]
+    coeffs = np.concatenate([c.coeffs for c, _ in parts])[order]
+    return Columns(indptr, rows, np.ascontiguousarray(coeffs))
+
+
+# ----------------------------------------------------------------------------------
+# The contribution record and the whole setup.
+
+
+def _uncompressed(curve: Curve, P: Point, group: int) -> bytes:
+    """snarkjs's "uncompressed" encoding (big-endian standard coordinates) used in its hashes."""
+    n8 = curve.Fq.n8
+    if P is None:
+        return bytes([0x40]) + bytes(2 * group * n8 - 1)
+    coords = [P[0], P[1]] if group == 1 else [P[0][1], P[0][0], P[1][1], P[1][0]]
+    return b"".join(c.to_bytes(n8, "big") for c in coords)
+
+
+def _contribution(curve: Curve, delta: int, name: str, cs_hash: bytes) -> ZKeyContribution:
+    """δ's record: δ·G1 and a proof of knowledge of δ (s·G1, δ·s·G1, δ·g2_sp) bound to a transcript."""
+    G1, G2 = curve.G1, curve.G2
+    g1_s = G1.mul(G1.generator, _random_scalar(curve))
+    g1_sx = G1.mul(g1_s, delta)
+    transcript = hashlib.blake2b(cs_hash + _uncompressed(curve, g1_s, 1) + _uncompressed(curve, g1_sx, 1), digest_size=64).digest()
+    g2_sp = G2.mul(G2.generator, int.from_bytes(transcript, "big") % curve.r)
+    return ZKeyContribution(G1.mul(G1.generator, delta), g1_s, g1_sx, G2.mul(g2_sp, delta), transcript, 0, name)
+
+
+def setup(
+    r1cs: R1CS | str | os.PathLike,
+    zkey_path: str | os.PathLike,
+    *,
+    ptau: str | os.PathLike | None = None,
+    name: str | None = None,
+) -> SetupResult:
+    """Write a Groth16 proving key for ``r1cs`` to ``zkey_path`` (see the module docstring)."""
+    timings: dict[str, float] = {}
+    t = time.perf_counter()
+    if not isinstance(r1cs, R1CS):
+        r1cs = read_r1cs(r1cs)
+    curve = r1cs.curve
+    if r1cs.n_constraints == 0:
+        raise SetupError(f"{r1cs.path}: the circuit has no constraints; there is nothing to prove")
+    log_n = domain_power(r1cs.n_constraints, r1cs.n_public)
+    if log_n + 1 > curve.fr_two_adicity:
+        raise SetupError(f"{r1cs.path}: {r1cs.n_constraints} constraints need a 2^{log_n} domain, and {curve.name} has roots of unity only up to 2^{curve.fr_two_adicity} (H needs 2^{log_n + 1})")
+    coeffs = coefficient_section(r1cs)
+    timings["read"] = time.perf_counter() - t
+
+    if ptau is None:
+        sections: _Sections = _FromToxicWaste(r1cs, log_n, timings)
+        name = name or TEST_ONLY_NAME
+        test_only = True
+    else:
+        ceremony = read_ptau(ptau)
+        if ceremony.curve.r != curve.r:
+            raise SetupError(f"{ptau}: the ceremony is for {ceremony.curve.name} but {r1cs.path} is a {curve.name} circuit")
+        ceremony.require_domain(log_n)
+        sections = _FromPtau(r1cs, log_n, ceremony, timings)
+        name = name or f"cuzk setup from {Path(ptau).name}"
+        test_only = False
+
+    G1, G2 = curve.G1, curve.G2
+    mpc = MPCParams(bytes(64), (_contribution(curve, sections.delta, name, bytes(64)),))
+    write_zkey(
+        zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
+        alpha1=sections.alpha1, beta1=sections.beta1, beta2=sections.beta2, gamma2=G2.generator,
+        delta1=G1.mul(G1.generator, sections.delta), delta2=G2.mul(G2.generator, sections.delta),
+        ic=sections.ic(), coeffs=coeffs, a=sections.a(), b1=sections.b1(), b2=sections.b2(),
+        c=sections.c(), h=sections.h(), mpc=mpc,
+    )  # fmt: skip
+    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name, timings)
