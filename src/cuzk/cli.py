@@ -74,6 +74,56 @@ def _cmd_export_vkey(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_setup(args: argparse.Namespace) -> int:
+    from .curves import curve_by_name
+    from .formats.json_io import write_vkey
+    from .formats.r1cs import read_r1cs
+    from .formats.zkey import read_zkey
+    from .prover.setup import setup
+    from .prover.verify import vkey_from_zkey
+
+    t = time.perf_counter()
+    r1cs = read_r1cs(args.r1cs)
+    if args.curve and curve_by_name(args.curve).r != r1cs.curve.r:
+        print(f"error: {args.r1cs} is a {r1cs.curve.name} circuit, not {args.curve}", file=sys.stderr)
+        return 1
+    result = setup(r1cs, args.zkey, ptau=args.ptau, name=args.name)
+    vkey_path = Path(args.vkey) if args.vkey else Path(args.zkey).with_name("verification_key.json")
+    write_vkey(vkey_path, vkey_from_zkey(read_zkey(args.zkey)))
+    print(f"wrote {args.zkey} and {vkey_path}: {result.curve.name}, {result.n_constraints} constraints, "
+          f"{result.n_public} public, domain 2^{result.domain_size.bit_length() - 1}, {time.perf_counter() - t:.1f} s")
+    if result.test_only:
+        print("WARNING: no --ptau given, so the toxic waste was sampled on this machine: the key is for TESTING ONLY "
+              f"(its contribution is named {result.contribution_name!r})")
+    if args.verbose:
+        _print_timings(result.timings, "setup")
+    return 0
+
+
+def _count(text: str) -> int:
+    """An integer, also written 2^k (constraint counts are usually powers of two)."""
+    base, _, exponent = text.partition("^")
+    try:
+        return int(base) ** int(exponent) if exponent else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (use e.g. 1000000 or 2^20)") from None
+
+
+def _cmd_circuit_synth(args: argparse.Namespace) -> int:
+    from .circuits.synthetic import synthesize, write_synthetic
+    from .curves import curve_by_name
+    from .formats.json_io import write_public
+
+    t = time.perf_counter()
+    circuit = synthesize(curve_by_name(args.curve), args.constraints, args.public, seed=args.seed)
+    r1cs_path, wtns_path = write_synthetic(args.out, circuit)
+    write_public(Path(args.out) / "public.json", circuit.public_signals)
+    r1cs = circuit.r1cs
+    print(f"wrote {r1cs_path} and {wtns_path}: {r1cs.curve.name}, {r1cs.n_constraints} constraints, {r1cs.n_wires} wires, "
+          f"{r1cs.A.nnz + r1cs.B.nnz + r1cs.C.nnz} terms, {time.perf_counter() - t:.1f} s")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -105,6 +155,26 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("zkey")
     e.add_argument("vkey")
     e.set_defaults(func=_cmd_export_vkey)
+
+    p = sub.add_parser("setup", help="Groth16 setup: cuzk setup <circuit.r1cs> <out.zkey> [--ptau <file.ptau>]")
+    p.add_argument("r1cs")
+    p.add_argument("zkey")
+    p.add_argument("--ptau", help="a snarkjs powers-of-tau file prepared for phase 2; without it the key is for testing only")
+    p.add_argument("--curve", help="fail unless the circuit is over this curve (bn254 or bls12-381)")
+    p.add_argument("--vkey", help="where to write the verification key (default: verification_key.json beside the zkey)")
+    p.add_argument("--name", help="the name recorded in the key's contribution")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    p.set_defaults(func=_cmd_setup)
+
+    p = sub.add_parser("circuit", help="circuit utilities")
+    csub = p.add_subparsers(dest="circuit_command", required=True)
+    c = csub.add_parser("synth", help="cuzk circuit synth --constraints N --public M --curve bn254 --out DIR")
+    c.add_argument("--constraints", type=_count, required=True, help="exact number of constraints (e.g. 2^20)")
+    c.add_argument("--public", type=_count, default=1, help="number of public inputs (default 1)")
+    c.add_argument("--curve", default="bn254", help="bn254 or bls12-381 (default bn254)")
+    c.add_argument("--out", required=True, help="directory for circuit.r1cs, witness.wtns and public.json")
+    c.add_argument("--seed", type=int, help="make the same circuit and witness again")
+    c.set_defaults(func=_cmd_circuit_synth)
 
     try:
         from .memory.commands import add_memory_commands
