@@ -57,6 +57,24 @@ def test_reserve_release_partial_and_snapshot_by_category():
     assert budget.snapshot()["reservations"] == 0 and budget.reserved_bytes == 0
 
 
+def test_split_hands_part_of_a_reservation_on_without_waiting():
+    budget = MemoryBudget(100)
+    job = budget.acquire(100, "working", label="job 1")
+    staging = job.split(30, "pinned", "staging")
+    same = job.split(20)
+    assert (job.nbytes, staging.nbytes, same.nbytes) == (50, 30, 20)
+    assert (staging.category, staging.label, same.category, same.label) == ("pinned", "staging", "working", "job 1")
+    snap = budget.snapshot()
+    assert snap["reserved_bytes"] == 100 and snap["reservations"] == 3
+    assert snap["by_category"]["working"] == {"bytes": 70, "count": 2} and snap["by_category"]["pinned"]["bytes"] == 30
+    with pytest.raises(ValueError, match="cannot split 51 bytes"):
+        job.split(51)
+    staging.release()
+    job.release()
+    same.release()
+    assert budget.reserved_bytes == 0 and budget.snapshot()["reservations"] == 0
+
+
 @pytest.mark.parametrize("bad", [-1, 1.5, "10", True])
 def test_bad_sizes_and_categories_are_rejected(bad):
     budget = MemoryBudget(100)

@@ -108,6 +108,23 @@ def test_pool_waits_for_room_and_times_out_cleanly():
         pool.get(1)
 
 
+def test_a_job_draws_buffers_from_its_own_reservation():
+    budget = MemoryBudget(64 * MiB)
+    pool = PinnedPool(budget, PageAlignedAllocator())
+    job = budget.acquire(40 * MiB, "working", label="job")
+    buf = pool.get(16 * MiB, reservation=job)  # miss: the buffer's bytes come out of the job's, no waiting
+    assert job.nbytes == 24 * MiB and budget.reserved_bytes == 40 * MiB and pinned_bytes(budget) == 16 * MiB
+    buf.release()  # idle in the pool, its bytes stay reserved there
+    again = pool.get(16 * MiB, reservation=job)  # hit: the buffer already holds its bytes, so the job gives 16 MiB back
+    assert again is buf and job.nbytes == 8 * MiB and budget.reserved_bytes == 24 * MiB
+    with pytest.raises(ValueError, match="cannot cover"):
+        pool.get(16 * MiB, reservation=job)
+    again.release()
+    job.release()
+    pool.close()
+    assert budget.reserved_bytes == 0
+
+
 def test_idle_cap_frees_the_oldest_on_return():
     budget = MemoryBudget(256 * MiB)
     pool = PinnedPool(budget, PageAlignedAllocator(), max_idle_bytes=40 * MiB)

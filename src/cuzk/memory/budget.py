@@ -69,6 +69,16 @@ class Reservation:
         """Give back ``nbytes`` (default: all that is left); returns the bytes released."""
         return self.budget._release(self, nbytes)
 
+    def split(self, nbytes: int, category: str | None = None, label: str | None = None) -> "Reservation":
+        """Move ``nbytes`` of this reservation into a new one (another category, another owner) without waiting.
+
+        A job that reserves everything it needs in one request and then hands parts on (to the
+        pinned pool, say) never holds memory while waiting for more, so jobs cannot deadlock on
+        the budget the way they would by reserving piece by piece.
+        """
+        return self.budget._split(self, nbytes, category if category is not None else self.category,
+                                  label if label is not None else self.label)
+
     def __enter__(self) -> "Reservation":
         return self
 
@@ -269,9 +279,12 @@ class MemoryBudget:
         return max(0, self._queue[0].nbytes - (self._effective - self._reserved))
 
     def _grant_locked(self, nbytes: int, category: str, label: str) -> Reservation:
-        reservation = Reservation(self, nbytes, category, label, next(self._ids))
         self._reserved += nbytes
         self._peak_reserved = max(self._peak_reserved, self._reserved)
+        return self._register_locked(nbytes, category, label)
+
+    def _register_locked(self, nbytes: int, category: str, label: str) -> Reservation:
+        reservation = Reservation(self, nbytes, category, label, next(self._ids))
         self._by_category[category] += nbytes
         self._live[reservation.id] = reservation
         return reservation
@@ -344,6 +357,17 @@ class MemoryBudget:
             except Exception:
                 log.exception("memory evictor %r failed; continuing with the others", evictor)
         return freed
+
+    def _split(self, reservation: Reservation, nbytes: int, category: str, label: str) -> Reservation:
+        self._check_request(nbytes, category)
+        with self._lock:
+            if nbytes > reservation._nbytes:
+                raise ValueError(f"cannot split {nbytes} bytes from {reservation!r}: it holds {reservation._nbytes}")
+            reservation._nbytes -= nbytes
+            self._by_category[reservation.category] -= nbytes
+            if reservation._nbytes == 0:
+                self._live.pop(reservation.id, None)
+            return self._register_locked(nbytes, category, label)
 
     def _release(self, reservation: Reservation, nbytes: int | None) -> int:
         with self._lock:

@@ -158,9 +158,17 @@ class PinnedPool:
     def kind(self) -> str:
         return self.allocator.kind
 
-    def get(self, nbytes: int, timeout: float | None = None, label: str = "") -> PinnedBuffer:
-        """A buffer of at least ``nbytes``: an idle one of the same size class, or a new one reserved first."""
+    def get(self, nbytes: int, timeout: float | None = None, label: str = "", reservation: Reservation | None = None) -> PinnedBuffer:
+        """A buffer of at least ``nbytes``: an idle one of the same size class, or a new one reserved first.
+
+        With ``reservation`` (a job's own, taken beforehand for everything it needs) a new buffer's
+        bytes are split off it instead of waiting on the budget; on a hit, where the idle buffer
+        already holds its bytes, the same amount is released from it. Either way the job's
+        reservation shrinks by ``size_class(nbytes)``, which it must hold.
+        """
         capacity = size_class(nbytes)
+        if reservation is not None and reservation.nbytes < capacity:
+            raise ValueError(f"{reservation!r} cannot cover a {format_size(capacity)} buffer")
         with self._lock:
             if self._closed:
                 raise RuntimeError("the pinned pool is closed")
@@ -171,9 +179,19 @@ class PinnedPool:
                     self._idle_bytes -= capacity
                     self._lend_locked(buffer)
                     self._hits += 1
-                    return buffer
-            self._misses += 1
-        reservation = self.budget.acquire(capacity, "pinned", timeout=timeout, label=label or "pinned buffer")
+                    break
+            else:
+                buffer = None
+                self._misses += 1
+        if buffer is not None:
+            if reservation is not None:
+                reservation.release(capacity)
+            return buffer
+        label = label or "pinned buffer"
+        if reservation is not None:
+            reservation = reservation.split(capacity, "pinned", label)
+        else:
+            reservation = self.budget.acquire(capacity, "pinned", timeout=timeout, label=label)
         try:
             array, handle = self.allocator.allocate(capacity)
         except BaseException:
