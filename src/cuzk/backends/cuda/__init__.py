@@ -1,1 +1,30 @@
+"""CUDA backend: NTT and MSM kernels (kernels/*.cu) compiled with CuPy on first use.
 
+``available()`` says whether CuPy finds a device; ``CudaBackend`` is the Backend protocol
+on one device. Importing this package needs neither CuPy nor a GPU.
+"""
+
+from __future__ import annotations
+
+from .backend import CudaBackend, CudaInputError, ScalarOutOfRangeError, window_bits
+from .modules import CudaBackendError, HostRuntime, cupy_device_count
+from .vram import DeviceBases, VramBudget, VramExhaustedError
+
+
+def available() -> bool:
+    """True when CuPy is importable and sees at least one CUDA device."""
+    return cupy_device_count() > 0
+
+
+__all__ = [
+    "CudaBackend",
+    "CudaBackendError",
+    "CudaInputError",
+    "DeviceBases",
+    "HostRuntime",
+    "ScalarOutOfRangeError",
+    "VramBudget",
+    "VramExhaustedError",
+    "available",
+    "window_bits",
+]

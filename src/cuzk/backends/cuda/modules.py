@@ -1,0 +1,268 @@
+"""Building the kernel modules: the same .cu sources for the GPU (CuPy/NVRTC) or the host.
+
+A module is one kernel file (ntt.cu for a curve's Fr, msm.cu for one curve's G1 or G2)
+with its includes inlined and a constants prelude from constants.py. Inlining here, rather
+than passing -I to NVRTC, makes the source string the whole input, so CuPy's on-disk
+kernel cache can never serve a binary built from older headers.
+
+Two runtimes run them with one interface (``xp`` is the array module, ``launch`` runs a
+kernel): ``CupyRuntime`` on a GPU, and ``HostRuntime``, which compiles the same sources with
+the host C++ compiler and runs each block's threads one after another (common.cuh). The host
+runtime is how CI, which has no GPU, checks the kernels and all the orchestration around
+them; it is slow and only for small inputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from ...curves import Curve
+from .constants import msm_prelude, ntt_prelude
+
+KERNEL_DIR = Path(__file__).parent / "kernels"
+_INCLUDE = re.compile(r'^\s*#include\s+"([^"]+)"\s*$', re.MULTILINE)
+
+
+class CudaBackendError(RuntimeError):
+    """The CUDA backend cannot run here (no compiler, no device) or a kernel failed."""
+
+
+def _inline(name: str, seen: set[str]) -> str:
+    if name in seen:
+        return ""
+    seen.add(name)
+    text = (KERNEL_DIR / name).read_text().replace("#pragma once", "")
+    return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
+
+
+def module_source(curve: Curve, kind: str, appendix: str = "") -> str:
+    """Full source of module ``kind`` ("ntt", "msm_g1", "msm_g2") for ``curve``.
+
+    ``appendix`` is CUDA code appended after the module's kernels (the benchmarks add
+    input generators that way, reusing the field and point types).
+    """
+    if kind == "ntt":
+        file, prelude = "ntt.cu", ntt_prelude(curve)
+    elif kind in ("msm_g1", "msm_g2"):
+        file, prelude = "msm.cu", msm_prelude(curve, kind[4:])
+    else:
+        raise ValueError(f"unknown kernel module {kind!r}")
+    seen: set[str] = set()
+    return _inline("common.cuh", seen) + prelude + _inline(file, seen) + appendix
+
+
+def source_digest(source: str) -> str:
+    """Name of a module's prebuilt binary: the source's hash, so a stale binary is never picked up."""
+    return hashlib.sha256(source.encode()).hexdigest()[:32]
+
+
+PREBUILT_ENV = "CUZK_CUDA_PREBUILT"
+
+
+def prebuild(source: str, directory: Path, arch: str = "sm_90", nvcc: str = "nvcc") -> Path:
+    """Compile ``source`` to ``directory/<digest>.cubin`` with nvcc (a machine without a GPU can do this).
+
+    CupyRuntime loads such a cubin instead of compiling when $CUZK_CUDA_PREBUILT names the
+    directory: it saves the first-use NVRTC compile (tens of seconds per module).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / f"{source_digest(source)}.cubin"
+    if target.exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "module.cu"
+        src.write_text(source)
+        out = Path(tmp) / "module.cubin"
+        res = subprocess.run([nvcc, "-std=c++17", f"-arch={arch}", "-cubin", "-o", str(out), str(src)], capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CudaBackendError(f"nvcc failed:\n{res.stderr[-4000:]}")
+        shutil.copyfile(out, target)
+    return target
+
+
+class CupyRuntime:
+    """Kernels compiled by NVRTC through CuPy (cached on disk by CuPy), arrays in device memory."""
+
+    name = "cuda"
+
+    def __init__(self, device: int = 0):
+        import cupy
+
+        self.xp = cupy
+        self.device_id = device
+        self.device = cupy.cuda.Device(device)
+        self._modules: dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._prebuilt = os.environ.get(PREBUILT_ENV)
+        with self.device:
+            props = cupy.cuda.runtime.getDeviceProperties(device)
+        self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        self.multiprocessors = int(props["multiProcessorCount"])
+
+    def module(self, curve: Curve, kind: str):
+        return self.compile(module_source(curve, kind))
+
+    def compile(self, source: str):
+        digest = source_digest(source)
+        with self._lock:
+            mod = self._modules.get(digest)
+            if mod is None:
+                cubin = Path(self._prebuilt) / f"{digest}.cubin" if self._prebuilt else None
+                with self.device:
+                    if cubin is not None and cubin.exists():
+                        mod = self.xp.RawModule(path=str(cubin))
+                    else:
+                        mod = self.xp.RawModule(code=source, options=("-std=c++17",))
+                        mod.compile()
+                self._modules[digest] = mod
+            return mod
+
+    def launch(self, module, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
+        fn = module.get_function(kernel)
+        if shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared_bytes:
+            fn.max_dynamic_shared_size_bytes = shared_bytes
+        with self.device:
+            fn((grid,), (block,), args, shared_mem=shared_bytes)
+
+    def to_device(self, host: np.ndarray):
+        with self.device:
+            return self.xp.asarray(host)
+
+    def to_host(self, arr) -> np.ndarray:
+        with self.device:
+            return self.xp.asnumpy(arr)
+
+    def synchronize(self) -> None:
+        self.device.synchronize()
+
+    def memory_info(self) -> tuple[int, int]:
+        """(free, total) bytes on the device, as cudaMemGetInfo reports them."""
+        with self.device:
+            return self.xp.cuda.runtime.memGetInfo()
+
+    def free_cached(self) -> None:
+        """Hand CuPy's cached free blocks back to the driver, so memGetInfo tells the truth."""
+        with self.device:
+            self.xp.get_default_memory_pool().free_all_blocks()
+
+
+def host_compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("CUZK_CACHE_DIR") or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cuzk")
+    path = Path(base) / "cuda-host"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+class HostRuntime:
+    """The kernels built for the host CPU and run serially: CI's stand-in for a GPU."""
+
+    name = "cuda-host-emulation"
+    multiprocessors = 1
+
+    def __init__(self):
+        self.xp = np
+        self._compiler = host_compiler()
+        if self._compiler is None:
+            raise CudaBackendError("no host C++ compiler (g++/clang++) for the CUDA host emulation")
+        self._modules: dict[str, ctypes.CDLL] = {}
+        self._lock = threading.Lock()
+
+    def module(self, curve: Curve, kind: str) -> ctypes.CDLL:
+        return self.compile(module_source(curve, kind))
+
+    def compile(self, source: str) -> ctypes.CDLL:
+        digest = source_digest(source)
+        with self._lock:
+            lib = self._modules.get(digest)
+            if lib is None:
+                lib = ctypes.CDLL(str(self._build(source)))
+                self._modules[digest] = lib
+            return lib
+
+    def _build(self, source: str) -> Path:
+        digest = hashlib.sha256((self._compiler + "\0" + source).encode()).hexdigest()[:24]
+        target = _cache_dir() / f"{digest}.so"
+        if target.exists():
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            src = Path(tmp) / "module.cpp"
+            src.write_text(source)
+            out = Path(tmp) / "module.so"
+            cmd = [self._compiler, "-std=c++17", "-O1", "-fno-strict-aliasing", "-shared", "-fPIC", "-w", "-o", str(out), str(src)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise CudaBackendError(f"host build of a CUDA module failed:\n{res.stderr[-4000:]}")
+            os.replace(out, target)  # atomic: concurrent builders never load a half-written file
+        return target
+
+    def launch(self, module: ctypes.CDLL, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
+        fn = getattr(module, kernel)
+        cargs = [_ctype(a) for a in args]
+        smem = np.zeros(max(shared_bytes, 16) // 16 + 1, dtype=np.dtype((np.void, 16)))
+        smem_ptr = ctypes.c_void_p(smem.ctypes.data)
+        for b in range(grid):
+            module.cuzk_emu_set_launch(ctypes.c_uint32(b), ctypes.c_uint32(grid), ctypes.c_uint32(block), smem_ptr)
+            fn(*cargs)
+
+    @staticmethod
+    def to_device(host: np.ndarray) -> np.ndarray:
+        return aligned_copy(host)
+
+    @staticmethod
+    def to_host(arr: np.ndarray) -> np.ndarray:
+        return np.array(arr)
+
+    def synchronize(self) -> None:
+        pass
+
+    def memory_info(self) -> tuple[int, int]:
+        """The emulation pretends to have a small device, so chunking paths run in tests."""
+        return (1 << 30, 1 << 30)
+
+    def free_cached(self) -> None:
+        pass
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` at a 64-byte-aligned address (kernels load 16-byte vectors)."""
+    raw = np.empty(a.nbytes + 64, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    out = raw[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def _ctype(arg):
+    if isinstance(arg, np.ndarray):
+        return ctypes.c_void_p(arg.ctypes.data)
+    if isinstance(arg, np.uint32):
+        return ctypes.c_uint32(int(arg))
+    if isinstance(arg, np.uint64):
+        return ctypes.c_uint64(int(arg))
+    raise TypeError(f"kernel argument of unsupported type {type(arg).__name__}")
+
+
+@cache
+def cupy_device_count() -> int:
+    """Number of CUDA devices CuPy sees (0 without CuPy, driver or device)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # ImportError, CUDARuntimeError, driver missing: all mean none
+        return 0

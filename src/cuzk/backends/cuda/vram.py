@@ -1,0 +1,110 @@
+"""Device-memory accounting: a per-device budget and bases kept resident in it.
+
+The budget starts from what cudaMemGetInfo reports free when the backend is created,
+minus a margin (CUDA context growth, CuPy's pool rounding, other processes' small
+allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
+an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
+of memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from ...curves import Curve
+
+DEFAULT_MARGIN_FRACTION = 0.05
+MIN_MARGIN_BYTES = 512 << 20
+
+
+class VramExhaustedError(MemoryError):
+    """A device allocation would exceed the device's VRAM budget."""
+
+
+class VramBudget:
+    """Bytes cuzk may hold on one device; reservations are explicit and released explicitly."""
+
+    def __init__(self, total_bytes: int, device: int = 0):
+        if total_bytes < 0:
+            raise ValueError(f"VRAM budget must be non-negative, got {total_bytes}")
+        self.total_bytes = int(total_bytes)
+        self.device = device
+        self._reserved = 0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_free_memory(cls, free_bytes: int, device: int = 0, margin_bytes: int | None = None) -> "VramBudget":
+        if margin_bytes is None:
+            margin_bytes = max(MIN_MARGIN_BYTES, int(free_bytes * DEFAULT_MARGIN_FRACTION))
+        return cls(max(0, free_bytes - margin_bytes), device)
+
+    @property
+    def reserved_bytes(self) -> int:
+        return self._reserved
+
+    @property
+    def available_bytes(self) -> int:
+        return self.total_bytes - self._reserved
+
+    def reserve(self, nbytes: int, what: str) -> "VramReservation":
+        nbytes = int(nbytes)
+        with self._lock:
+            if nbytes > self.total_bytes - self._reserved:
+                raise VramExhaustedError(
+                    f"{what} needs {nbytes / 2**20:.1f} MiB of device {self.device} memory but only "
+                    f"{(self.total_bytes - self._reserved) / 2**20:.1f} MiB of its {self.total_bytes / 2**20:.1f} MiB budget is free"
+                )
+            self._reserved += nbytes
+        return VramReservation(self, nbytes)
+
+    def _release(self, nbytes: int) -> None:
+        with self._lock:
+            self._reserved -= nbytes
+
+
+@dataclass
+class VramReservation:
+    budget: VramBudget
+    nbytes: int
+    _released: bool = field(default=False, repr=False)
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self.budget._release(self.nbytes)
+
+    def __enter__(self) -> "VramReservation":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+@dataclass
+class DeviceBases:
+    """A key's MSM bases resident in VRAM: repeated proofs upload only their scalars.
+
+    ``points`` is the (n, words) device array in the backend's layout; ``free()`` gives the
+    memory and its reservation back (the key manager calls it on eviction).
+    """
+
+    curve: Curve
+    group: str
+    points: object
+    reservation: VramReservation
+
+    @property
+    def n(self) -> int:
+        return int(self.points.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return self.reservation.nbytes
+
+    def free(self) -> None:
+        self.points = None
+        self.reservation.release()
+
+    def __len__(self) -> int:
+        return self.n

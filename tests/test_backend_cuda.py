@@ -1,0 +1,371 @@
+"""The CUDA backend against the reference arithmetic in cuzk.curves.
+
+Every test runs twice: on the host emulation of the kernels (the same .cu sources built
+with the host C++ compiler: CI, no GPU, small sizes) and on a real GPU (marked ``gpu``:
+`pytest -m gpu`, skipped without CuPy or a device). Tests that only make sense at sizes
+the emulation cannot reach are GPU-only.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cuzk.backends.cuda import (
+    CudaBackend,
+    CudaInputError,
+    HostRuntime,
+    ScalarOutOfRangeError,
+    VramBudget,
+    VramExhaustedError,
+    available,
+)
+from cuzk.backends.cuda.modules import host_compiler
+from cuzk.curves import BLS12_381, BN254
+from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
+from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
+
+CURVES = [pytest.param(BN254, id="bn254"), pytest.param(BLS12_381, id="bls12_381")]
+GROUPS = ["g1", "g2"]
+
+_backends: dict[str, CudaBackend] = {}
+
+
+def make_backend(kind: str, **options) -> CudaBackend:
+    if kind == "gpu":
+        if not available():
+            pytest.skip("no CuPy or no CUDA device")
+        return CudaBackend(**options)
+    if host_compiler() is None:
+        pytest.skip("no host C++ compiler for the CUDA host emulation")
+    return CudaBackend(runtime=HostRuntime(), **options)
+
+
+@pytest.fixture(scope="module", params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+def kind(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def backend(kind) -> CudaBackend:
+    return make_backend(kind)
+
+
+@pytest.fixture
+def gpu_backend() -> CudaBackend:
+    if "gpu" not in _backends:
+        _backends["gpu"] = make_backend("gpu")
+    return _backends["gpu"]
+
+
+# ------------------------------------------------------------------ reference helpers
+def fr_rows(curve, values, mont=True):
+    Fr = curve.Fr
+    return ints_to_limbs([Fr.to_mont(v) if mont else v for v in values], Fr.limbs32)
+
+
+def fr_values(curve, rows, mont=True):
+    Fr = curve.Fr
+    return [Fr.from_mont(v) if mont else v for v in limbs_to_ints(np.asarray(rows_to_host(rows)))]
+
+
+def rows_to_host(rows):
+    return rows if isinstance(rows, np.ndarray) else rows.get()
+
+
+def reference_ntt(curve, a, w):
+    """Iterative radix-2 DFT: out[i] = Σ a_j w^(ij) (O(n log n) in Python ints)."""
+    r, n = curve.r, len(a)
+    if n == 1:
+        return list(a)
+    even = reference_ntt(curve, a[0::2], w * w % r)
+    odd = reference_ntt(curve, a[1::2], w * w % r)
+    out = [0] * n
+    t = 1
+    for i in range(n // 2):
+        x = odd[i] * t % r
+        out[i] = (even[i] + x) % r
+        out[i + n // 2] = (even[i] - x) % r
+        t = t * w % r
+    return out
+
+
+def group_of(curve, group):
+    return curve.G1 if group == "g1" else curve.G2
+
+
+def bases_array(curve, group, points):
+    enc = g1_to_bytes if group == "g1" else g2_to_bytes
+    lq = curve.Fq.limbs32
+    shape = (len(points), 2, lq) if group == "g1" else (len(points), 2, 2, lq)
+    raw = b"".join(enc(curve, P) for P in points)
+    return np.frombuffer(raw, dtype="<u4").reshape(shape).copy()
+
+
+def multiples(G, P, start, count):
+    """start·P, (start+1)·P, ...: consecutive multiples by repeated addition."""
+    out, acc = [], G.mul(P, start)
+    for _ in range(count):
+        out.append(acc)
+        acc = G.add(acc, P)
+    return out
+
+
+def msm(backend, curve, group, bases, scalars):
+    fn = backend.msm_g1 if group == "g1" else backend.msm_g2
+    return fn(curve, bases, scalars)
+
+
+def random_points(curve, group, count, rng):
+    G = group_of(curve, group)
+    seeds = [G.mul(G.generator, rng.randrange(1, curve.r)) for _ in range(min(count, 4))]
+    # A few random points and their small combinations: distinct, cheap to make.
+    out = []
+    for i in range(count):
+        out.append(G.add(seeds[i % len(seeds)], G.mul(G.generator, i // len(seeds) + 1)))
+    return out
+
+
+# ------------------------------------------------------------------ Fr vectors
+@pytest.mark.parametrize("curve", CURVES)
+def test_fr_elementwise_matches_reference(backend, curve):
+    rng = random.Random(1)
+    r = curve.r
+    a = [0, 1, r - 1, r - 1, 2] + [rng.randrange(r) for _ in range(60)]
+    b = [r - 1, r - 1, r - 1, 0, r - 2] + [rng.randrange(r) for _ in range(60)]
+    A, B = fr_rows(curve, a), fr_rows(curve, b)
+    assert fr_values(curve, backend.fr_mul(curve, A, B)) == [x * y % r for x, y in zip(a, b)]
+    assert fr_values(curve, backend.fr_sub(curve, A, B)) == [(x - y) % r for x, y in zip(a, b)]
+    assert fr_values(curve, backend.fr_from_mont(curve, A), mont=False) == a
+    assert np.array_equal(rows_to_host(backend.fr_to_mont(curve, fr_rows(curve, a, mont=False))), A)
+
+
+def test_fr_vectors_rejected_with_clear_errors(backend):
+    good = fr_rows(BN254, [1, 2])
+    with pytest.raises(CudaInputError, match="shape"):
+        backend.fr_mul(BN254, good, fr_rows(BN254, [1, 2])[:, :4].copy())
+    with pytest.raises(CudaInputError, match="differ in length"):
+        backend.fr_sub(BN254, good, fr_rows(BN254, [1]))
+    with pytest.raises(CudaInputError, match="uint32"):
+        backend.fr_mul(BN254, good.astype(np.int64), good)
+
+
+# ------------------------------------------------------------------ NTT
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("log_n,log_block", [(0, 11), (1, 11), (2, 11), (5, 11), (9, 11), (9, 3), (10, 4), (7, 2)])
+def test_ntt_intt_coset_match_reference(kind, curve, log_n, log_block):
+    """Single-pass and (with small blocks) three-to-five-pass transforms equal the reference DFT."""
+    backend = make_backend(kind, ntt_log_block=log_block)
+    rng = random.Random(log_n * 100 + log_block)
+    r, n = curve.r, 1 << log_n
+    a = [rng.randrange(r) for _ in range(n)]
+    a[0] = r - 1
+    w = curve.fr_root_of_unity(log_n)
+    rows = fr_rows(curve, a)
+    assert fr_values(curve, backend.ntt(curve, rows)) == reference_ntt(curve, a, w)
+    n_inv = pow(n, -1, r)
+    assert fr_values(curve, backend.intt(curve, rows)) == [x * n_inv % r for x in reference_ntt(curve, a, pow(w, -1, r))]
+    shift = curve.fr_root_of_unity(log_n + 1)
+    scaled = [x * pow(shift, i, r) % r for i, x in enumerate(a)]
+    assert fr_values(curve, backend.coset_ntt(curve, rows, shift)) == reference_ntt(curve, scaled, w)
+    assert np.array_equal(rows_to_host(backend.intt(curve, backend.ntt(curve, rows))), rows)
+
+
+def test_ntt_rejects_bad_lengths(backend):
+    with pytest.raises(CudaInputError, match="power of two"):
+        backend.ntt(BN254, fr_rows(BN254, [1, 2, 3]))
+    with pytest.raises(CudaInputError, match="power of two"):
+        backend.intt(BN254, np.zeros((0, 8), dtype=np.uint32))
+    with pytest.raises(CudaInputError, match="non-zero"):
+        backend.coset_ntt(BN254, fr_rows(BN254, [1, 2]), BN254.r)
+
+
+def test_ntt_leaves_its_input_alone(backend):
+    rows = fr_rows(BN254, list(range(1, 17)))
+    before = rows.copy()
+    backend.ntt(BN254, rows)
+    backend.coset_ntt(BN254, rows, 7)
+    assert np.array_equal(rows, before)
+
+
+# ------------------------------------------------------------------ MSM
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_msm_matches_reference_with_edge_scalars_and_bases(backend, curve, group):
+    rng = random.Random(7)
+    G, r = group_of(curve, group), curve.r
+    points = random_points(curve, group, 40, rng)
+    points[3] = None  # the point at infinity as a base
+    points[10:14] = [points[9]] * 4  # equal bases
+    points[20] = G.neg(points[21])  # opposite bases
+    scalars = [rng.randrange(r) for _ in range(40)]
+    scalars[0:4] = [0, 1, r - 1, 5]
+    scalars[20] = scalars[21]  # their terms cancel
+    scalars[30:36] = [1] * 6
+    got = msm(backend, curve, group, bases_array(curve, group, points), ints_to_limbs(scalars, 8))
+    assert G.eq(got, G.msm(points, scalars))
+
+
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_msm_all_equal_bases(backend, curve, group):
+    rng = random.Random(11)
+    G = group_of(curve, group)
+    P = G.mul(G.generator, rng.randrange(1, curve.r))
+    scalars = [rng.randrange(curve.r) for _ in range(33)]
+    got = msm(backend, curve, group, bases_array(curve, group, [P] * 33), ints_to_limbs(scalars, 8))
+    assert G.eq(got, G.mul(P, sum(scalars) % curve.r))
+
+
+@pytest.mark.parametrize("curve", CURVES)
+def test_msm_sparse_witness_of_zeros_and_ones(backend, curve):
+    """Mostly 0 and 1, as circom witnesses are: one bucket takes most entries and is summed in levels."""
+    G = curve.G1
+    n = 600
+    points = multiples(G, G.generator, 1, n)  # i·G
+    rng = random.Random(5)
+    scalars = [rng.choice((0, 1, 1, 1)) for _ in range(n)]
+    scalars[17] = curve.r - 1
+    expected = sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r
+    got = backend.msm_g1(curve, bases_array(curve, "g1", points), ints_to_limbs(scalars, 8))
+    assert G.eq(got, G.mul(G.generator, expected))
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_msm_of_nothing_is_infinity(backend, group):
+    curve = BN254
+    points = random_points(curve, group, 5, random.Random(1))
+    assert msm(backend, curve, group, bases_array(curve, group, points), ints_to_limbs([0] * 5, 8)) is None
+    assert msm(backend, curve, group, bases_array(curve, group, []), np.zeros((0, 8), dtype=np.uint32)) is None
+    # Infinity bases only:
+    assert msm(backend, curve, group, bases_array(curve, group, [None] * 3), ints_to_limbs([1, 2, 3], 8)) is None
+
+
+def test_msm_rejects_bad_inputs(backend):
+    curve = BN254
+    bases = bases_array(curve, "g1", random_points(curve, "g1", 4, random.Random(2)))
+    with pytest.raises(ScalarOutOfRangeError, match="scalar 2 ") as err:
+        backend.msm_g1(curve, bases, ints_to_limbs([1, 2, curve.r, 4], 8))
+    assert err.value.index == 2
+    with pytest.raises(CudaInputError, match="4 bases but 3 scalars"):
+        backend.msm_g1(curve, bases, ints_to_limbs([1, 2, 3], 8))
+    with pytest.raises(CudaInputError, match="G2 bases"):
+        backend.msm_g2(curve, bases, ints_to_limbs([1, 2, 3, 4], 8))
+    with pytest.raises(CudaInputError, match="MSM scalars"):
+        backend.msm_g1(curve, bases, np.zeros((4, 12), dtype=np.uint32))
+
+
+@pytest.mark.parametrize("group", GROUPS)
+def test_msm_split_into_chunks_when_vram_budget_is_small(kind, group):
+    """A budget too small for the whole MSM makes it run in chunks, with the same result."""
+    curve = BLS12_381
+    backend = make_backend(kind, vram_budget=VramBudget(250_000 if group == "g1" else 500_000), min_msm_chunk=8)
+    rng = random.Random(3)
+    G = group_of(curve, group)
+    points = random_points(curve, group, 200, rng)
+    scalars = [rng.randrange(curve.r) for _ in range(200)]
+    assert 8 <= backend.msm_plan(curve, group, 200) < 200
+    got = msm(backend, curve, group, bases_array(curve, group, points), ints_to_limbs(scalars, 8))
+    assert G.eq(got, G.msm(points, scalars))
+    assert backend.vram.reserved_bytes == 0
+    tiny = make_backend(kind, vram_budget=VramBudget(1000), min_msm_chunk=8)
+    with pytest.raises(VramExhaustedError, match="too little"):
+        msm(tiny, curve, group, bases_array(curve, group, points), ints_to_limbs(scalars, 8))
+
+
+def test_resident_bases_give_the_same_result_and_hold_budget(kind):
+    curve = BN254
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 26))
+    rng = random.Random(4)
+    points = random_points(curve, "g2", 24, rng)
+    scalars = ints_to_limbs([rng.randrange(curve.r) for _ in range(24)], 8)
+    host = bases_array(curve, "g2", points)
+    resident = backend.upload_bases(curve, "g2", host)
+    assert backend.vram.reserved_bytes == host.nbytes == resident.nbytes
+    assert curve.G2.eq(backend.msm_g2(curve, resident, scalars), backend.msm_g2(curve, host, scalars))
+    with pytest.raises(CudaInputError, match="G2"):
+        backend.msm_g1(curve, resident, scalars)
+    resident.free()
+    assert backend.vram.reserved_bytes == 0
+    with pytest.raises(CudaInputError, match="freed"):
+        backend.msm_g2(curve, resident, scalars)
+    small = make_backend(kind, vram_budget=VramBudget(host.nbytes - 1))
+    with pytest.raises(VramExhaustedError, match="bases"):
+        small.upload_bases(curve, "g2", host)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_msm_property_random_small(backend, data):
+    curve = BN254
+    n = data.draw(st.integers(1, 12))
+    scalar = st.one_of(st.sampled_from([0, 1, 2, curve.r - 1, curve.r - 2, (1 << 253) - 1]), st.integers(0, curve.r - 1))
+    scalars = data.draw(st.lists(scalar, min_size=n, max_size=n))
+    ks = data.draw(st.lists(st.integers(0, 6), min_size=n, max_size=n))
+    G = curve.G1
+    points = [G.mul(G.generator, k) for k in ks]  # small multiples (0 = infinity), often equal
+    got = backend.msm_g1(curve, bases_array(curve, "g1", points), ints_to_limbs(scalars, 8))
+    assert G.eq(got, G.mul(G.generator, sum(k * s for k, s in zip(ks, scalars)) % curve.r))
+
+
+# ------------------------------------------------------------------ GPU only: real sizes, device arrays
+@pytest.mark.gpu
+@pytest.mark.parametrize("curve", CURVES)
+def test_gpu_ntt_reference_and_round_trip_at_real_sizes(gpu_backend, curve):
+    rng = np.random.default_rng(1)
+    log_n = 14
+    a = [int(x) % curve.r for x in rng.integers(0, 2**62, size=1 << log_n)]
+    rows = fr_rows(curve, a)
+    assert fr_values(curve, gpu_backend.ntt(curve, rows)) == reference_ntt(curve, a, curve.fr_root_of_unity(log_n))
+    for big in (20, 22):
+        data = rng.integers(0, 2**32, size=(1 << big, 8), dtype=np.uint64).astype(np.uint32)
+        data[:, 7] &= 0x0FFFFFFF  # below r on both curves
+        assert np.array_equal(gpu_backend.intt(curve, gpu_backend.ntt(curve, data)), data)
+    # The coset step at 2^20: coset_ntt(a, s) = ntt(a_i·s^i).
+    shift, powers, p = 5, [], 1
+    for _ in range(1 << 20):
+        powers.append(p)
+        p = p * 5 % curve.r
+    data = data[: 1 << 20]
+    scaled = gpu_backend.fr_mul(curve, data, fr_rows(curve, powers))
+    assert np.array_equal(gpu_backend.coset_ntt(curve, data, shift), gpu_backend.ntt(curve, scaled))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_gpu_msm_closed_form_at_real_size(gpu_backend, curve, group):
+    """Bases i·P (i = 1..n): the MSM must equal (Σ i·s_i)·P, checked at 2^15 points."""
+    G = group_of(curve, group)
+    n = 1 << 15
+    points = multiples(G, G.generator, 1, n)
+    rng = np.random.default_rng(2)
+    limbs = rng.integers(0, 2**32, size=(n, 8), dtype=np.uint64).astype(np.uint32)
+    limbs[:, 7] &= 0x0FFFFFFF
+    limbs[: n // 4] = 0
+    limbs[n // 4 : n // 2] = ints_to_limbs([1] * (n // 4), 8)
+    scalars = limbs_to_ints(limbs)
+    bases = bases_array(curve, group, points)
+    expected = G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r)
+    assert G.eq(msm(gpu_backend, curve, group, bases, limbs), expected)
+    resident = gpu_backend.upload_bases(curve, group, bases)
+    try:
+        assert G.eq(msm(gpu_backend, curve, group, resident, limbs), expected)
+    finally:
+        resident.free()
+
+
+@pytest.mark.gpu
+def test_gpu_device_arrays_stay_on_the_device(gpu_backend):
+    import cupy
+
+    curve = BN254
+    rows = cupy.asarray(fr_rows(curve, list(range(1, 9))))
+    out = gpu_backend.ntt(curve, rows)
+    assert isinstance(out, cupy.ndarray)
+    assert isinstance(gpu_backend.fr_mul(curve, out, out), cupy.ndarray)
+    assert np.array_equal(gpu_backend.intt(curve, out).get(), rows.get())
