@@ -138,7 +138,7 @@ def workload(mode: str) -> dict:
     from cuzk.memory.plan import plan_budget
     from cuzk.memory.reconcile import Reconciler
 
-    ballast = np.ones(BALLAST, dtype=np.uint8)  # noqa: F841 - held, untracked, for the whole run
+    ballast = np.ones(BALLAST, dtype=np.uint8)  # held, untracked, for the whole run
 
     if mode == "budget":
         plan = plan_budget(read_limits())
@@ -175,7 +175,7 @@ def workload(mode: str) -> dict:
     if reconciler is not None:
         reconciler.stop()
     snap = budget.snapshot()
-    return {"jobs_done": len(done), "errors": errors, "budget_total_bytes": budget.total_bytes,
+    return {"jobs_done": len(done), "errors": errors, "ballast_bytes": ballast.nbytes, "budget_total_bytes": budget.total_bytes,
             "peak_reserved_bytes": snap["peak_reserved_bytes"], "reconciler_source": reconciler.source if reconciler else None,
             "peak_actual_bytes": reconciler.peak_actual_bytes if reconciler else None,
             "min_effective_total_bytes": min(r.effective_total_bytes for r in reconciler.history) if reconciler else None,

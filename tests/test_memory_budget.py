@@ -152,6 +152,8 @@ def test_try_acquire_does_not_overtake_a_queued_request():
     wait_until(lambda: budget.snapshot()["waiters"] == 1)
     assert budget.try_acquire(10, "working") is None  # 40 free, but the queue comes first
     assert budget.shortfall() == 40
+    snap = budget.snapshot()
+    assert (snap["waiters"], snap["waiting_bytes"], snap["shortfall_bytes"]) == (1, 80, 40) and snap["oldest_wait_s"] >= 0
     held.release()
     thread.join(5)
     assert result["value"].nbytes == 80 and budget.shortfall() == 0

@@ -91,6 +91,8 @@ def test_v2_memory_high_below_max_sets_the_ceiling(tmp_path):
     assert limits.cgroup.limit_bytes == 8 * GiB and limits.cgroup.high_bytes == 5 * GiB
     assert limits.cgroup.effective_limit_bytes == 5 * GiB == limits.ceiling_bytes
     assert limits.ceiling_source == "cgroup v2 memory.high at /system.slice/cuzk.service"
+    # memory.high on our own level binds first, so its counters are the ones compared against it.
+    assert limits.cgroup.usage_source == "memory.current at /system.slice/cuzk.service" and limits.cgroup.usage_bytes == GiB
 
 
 def test_v2_own_limit_reads_own_counters(tmp_path):

@@ -164,6 +164,7 @@ class MemoryBudget:
                 "reservations": len(self._live),
                 "waiters": len(self._queue),
                 "waiting_bytes": sum(w.nbytes for w in self._queue),
+                "oldest_wait_s": round(time.monotonic() - self._queue[0].since, 3) if self._queue else 0.0,
                 "shortfall_bytes": self._shortfall_locked(),
             }
 

@@ -345,15 +345,23 @@ def read_cgroup(location: CgroupLocation) -> CgroupReading:
     high_source = f"memory.high at {high_level.path}" if high_level else None
 
     stat = _read_keyed(own_dir / "memory.stat")
+    hidden_ancestor_binds = False
     if version == 1:
         # v1's hierarchical_memory_limit also covers ancestors the container's mount does not show.
         hierarchical = stat.get("hierarchical_memory_limit")
         if hierarchical is not None and hierarchical < _V1_UNLIMITED_FLOOR and (limit_bytes is None or hierarchical < limit_bytes):
-            limit_bytes, limit_source, limit_level = hierarchical, f"hierarchical_memory_limit in {levels[0].path}/memory.stat", None
+            limit_bytes, limit_source = hierarchical, f"memory.stat hierarchical_memory_limit at {levels[0].path}"
+            hidden_ancestor_binds = True
 
-    # The counters that matter are those the binding limit is compared against.
-    counter_dir = own_dir if limit_level is None else location.mount / limit_level.path.lstrip("/")
-    counter_rel = levels[0].path if limit_level is None else limit_level.path
+    # The counters that matter are those of the level whose limit (hard or high) binds first.
+    def level_effective(lv: CgroupLevel) -> int | None:
+        return min((v for v in (lv.limit_bytes, lv.high_bytes) if v is not None), default=None)
+
+    binding = min((lv for lv in levels if level_effective(lv) is not None), key=level_effective, default=None)
+    if hidden_ancestor_binds:
+        binding = None  # the binding level is not visible: our own counters are the closest we have
+    counter_rel = levels[0].path if binding is None else binding.path
+    counter_dir = location.mount / counter_rel.lstrip("/")
     if counter_dir != own_dir:
         stat = _read_keyed(counter_dir / "memory.stat")
     usage_file = "memory.current" if version == 2 else "memory.usage_in_bytes"

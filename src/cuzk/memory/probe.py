@@ -28,14 +28,15 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 from .limits import CgroupLocation, find_memory_cgroup, read_cgroup, read_meminfo
 from .units import GiB, MiB, gib
 
 # Below this the next chunk is not worth the page faults: the probe is done.
 _MIN_CHUNK = 4 * MiB
+_CHILD_SLACK = MiB
 
 
 class ProbeError(RuntimeError):
@@ -206,9 +207,10 @@ def _child(chunk: int, safety: int, max_bytes: int | None, pinned: bool, assumed
     held, allocated, reason = [], 0, "safety distance reached"
     while True:
         room = _room(location, safety, assumed_limit)
-        # Keep back 1/256 of the room for the chunk's own page tables (1/512 of it) and kernel slack,
-        # so that the last chunk lands under the safety distance, not just on it.
-        size = min(chunk, room - room // 256)
+        # Keep back 1/256 of the room for the chunk's own page tables (1/512 of it; cgroup v2 charges
+        # them) and 1 MiB for the child's own small allocations, so the last chunk lands under the
+        # safety distance, not just on it.
+        size = min(chunk, room - room // 256 - _CHILD_SLACK)
         if max_bytes is not None and allocated + size >= max_bytes:
             size, reason = max_bytes - allocated, "--max-mib reached"
         size -= size % mmap.PAGESIZE
