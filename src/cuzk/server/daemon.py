@@ -72,8 +72,14 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         supervisor = SupervisorState.load(self.config.data_dir)
+        status = self.engine.status()
+        for key in status.get("keys", []):
+            try:  # what one proof with this key reserves besides the key itself
+                key["working_set_bytes"] = self.engine.working_set(key["name"]).total_bytes
+            except (ValueError, OSError) as exc:
+                key["working_set_error"] = str(exc)
         return {
-            **self.engine.status(),
+            **status,
             "supervisor": asdict(supervisor) if supervisor.supervisor_pid else None,
             "server": {"version": __version__, "pid": os.getpid(), "started_at": self.started_at,
                        "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,

@@ -1,0 +1,414 @@
+"""The daemon end to end: `cuzk daemon` (supervisor + engine process) driven over gRPC, HTTP and the CLI.
+
+One daemon serves the whole module (starting an engine process costs seconds); it listens
+on a unix socket and on TCP with a token, with a small request limit so the oversized-payload
+case is cheap. Every proof it returns is verified with snarkjs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, snarkjs_verify
+from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
+from cuzk.engine.supervisor import SupervisorState, read_json
+from cuzk.memory.units import MiB
+
+TOKEN = "test-token-" + "x" * 16
+MAX_REQUEST = 4 * MiB
+PRIORITY_RANK = {"LOW": 0, "NORMAL": 1, "HIGH": 2, "CRITICAL": 3}
+
+
+@dataclass(frozen=True)
+class Circuit:
+    name: str  # the key's name in the daemon
+    zkey: Path
+    witness: Path
+    vkey: Path
+    public: list[str]
+
+    def witness_bytes(self) -> bytes:
+        return self.witness.read_bytes()
+
+
+# Roles the tests use → the corpus circuit that plays it; the project's own synthetic circuit of a
+# similar size plays it where the corpus is absent.
+ROLES = {"small": ("toy_multiplier", 60), "medium": ("poseidon_chain_16", 3000), "large": ("sha256_32B", 30000)}
+
+
+def corpus_circuit(name: str) -> Circuit | None:
+    d = CORPUS / name
+    if not (d / "circuit.zkey").exists():
+        return None
+    return Circuit(name, d / "circuit.zkey", d / "witness.wtns", d / "verification_key.json", load_json(d / "public.json"))
+
+
+def synthetic_circuit(out_dir: Path, n_constraints: int) -> Circuit:
+    """A circuit the project makes itself: synthetic constraints, a test-only key from cuzk's own setup."""
+    from cuzk.circuits.synthetic import synthesize, write_synthetic
+    from cuzk.curves import curve_by_name
+    from cuzk.prover.setup import setup
+
+    if not snarkjs_available():
+        pytest.skip("snarkjs oracle not installed (it exports the verification key of a generated circuit)")
+    made = synthesize(curve_by_name("bn254"), n_constraints, n_public=2, seed=n_constraints)
+    r1cs, wtns = write_synthetic(out_dir, made)
+    zkey, vkey = out_dir / "circuit.zkey", out_dir / "verification_key.json"
+    setup(r1cs, zkey)
+    subprocess.run([str(SNARKJS), "zkey", "export", "verificationkey", str(zkey), str(vkey)], check=True, capture_output=True, timeout=300)
+    return Circuit(f"synthetic_{n_constraints}", zkey, wtns, vkey, [str(v) for v in made.public_signals])
+
+
+def circuits_for(out_dir: Path, roles=("small", "medium")) -> dict[str, Circuit]:
+    """Corpus circuits by role, or the project's own synthetic ones where the corpus is absent."""
+    found = {role: corpus_circuit(ROLES[role][0]) for role in roles}
+    if any(c is None for c in found.values()):
+        found = {role: synthetic_circuit(out_dir / role, ROLES[role][1]) for role in roles}
+    return found
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DaemonProcess:
+    """`cuzk daemon` in a child process (optionally inside a memory cgroup), stopped with SIGTERM."""
+
+    def __init__(self, keys: dict[str, Path], *, engine: dict | None = None, budget: str | None = None, tcp: bool = False,
+                 max_request: int = MAX_REQUEST, supervisor: dict | None = None, cgroup=None):
+        # Short path: a unix socket path must fit in 107 bytes.
+        self.data_dir = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))
+        self.socket = self.data_dir / "cuzk.sock"
+        self.tcp = f"127.0.0.1:{free_port()}" if tcp else None
+        listen = [f"unix:{self.socket}"] + ([self.tcp] if self.tcp else [])
+        lines = [f'data_dir = "{self.data_dir}"', f"listen = {json.dumps(listen)}", 'http = "127.0.0.1:0"',
+                 f"max_request = {max_request}", f'token = "{TOKEN}"', 'log_level = "info"']
+        if budget:
+            lines.append(f'budget = "{budget}"')
+        lines.append("[keys]")
+        lines += [f'{name} = "{path}"' for name, path in keys.items()]
+        lines.append("[engine]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in {"backend": "cpu", **(engine or {})}.items()]
+        lines.append("[supervisor]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in {"backoff_initial_s": 0.1, "backoff_max_s": 1.0, **(supervisor or {})}.items()]
+        self.config = self.data_dir / "cuzk.toml"
+        self.config.write_text("\n".join(lines) + "\n")
+        self.log = self.data_dir / "daemon.log"
+        argv = [sys.executable, "-m", "cuzk.cli", "daemon", "--config", str(self.config)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}
+        with open(self.log, "wb") as log:
+            popen = cgroup.popen if cgroup is not None else subprocess.Popen
+            self.proc = popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.wait_ready()
+
+    def state(self) -> SupervisorState:
+        return SupervisorState.load(self.data_dir)
+
+    def engine_pid(self) -> int | None:
+        return self.state().engine_pid
+
+    def wait_ready(self, timeout: float = 120.0, not_pid: int | None = None) -> dict:
+        """Until the engine process (a new one, if ``not_pid``) listens."""
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited with {self.proc.returncode}:\n{self.log_text()}")
+            info = read_json(self.data_dir / "run" / "daemon.json")
+            return info if info and info["pid"] != not_pid and info["pid"] == self.engine_pid() else None
+
+        self.info = wait_for(ready, timeout, "the daemon to listen")
+        return self.info
+
+    @property
+    def http(self) -> str:
+        return self.info["http"]
+
+    def client(self, **kwargs) -> Client:
+        return Client(f"unix:{self.socket}", **kwargs)
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"daemon did not stop on SIGTERM:\n{self.log_text()}")
+        return self.proc.returncode
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def check_proof(result, circuit: Circuit, tmp_path: Path) -> None:
+    """The daemon's proof, written as snarkjs writes it, verifies with snarkjs."""
+    assert result.state == "DONE", result.error
+    tag = uuid.uuid4().hex[:8]
+    proof, public = tmp_path / f"proof-{tag}.json", tmp_path / f"public-{tag}.json"
+    result.write(proof, public)
+    assert snarkjs_verify(circuit.vkey, public, proof), f"snarkjs rejects the daemon's proof for {circuit.name}"
+
+
+# -- the module's daemon ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def circuits(tmp_path_factory) -> dict[str, Circuit]:
+    return circuits_for(tmp_path_factory.mktemp("circuits"), ("small", "medium", "large"))
+
+
+@pytest.fixture(scope="module")
+def daemon(circuits):
+    d = DaemonProcess({c.name: c.zkey for c in circuits.values()}, tcp=True)
+    try:
+        yield d
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+        d.cleanup()
+
+
+@pytest.fixture
+def client(daemon):
+    with daemon.client() as c:
+        yield c
+
+
+@pytest.fixture
+def blocker(circuits):
+    """The largest circuit: a job that keeps the engine busy while others queue behind it."""
+    return circuits["large"]
+
+
+def job_state(client: Client, job_id: str) -> str:
+    return next(j.state for j in client.list_jobs() if j.job_id == job_id)
+
+
+# -- proofs ---------------------------------------------------------------------------------------
+
+def test_concurrent_mixed_jobs_all_verify_with_snarkjs(client, circuits, tmp_path):
+    mix = [circuits["small"], circuits["medium"]] * 3
+    with ThreadPoolExecutor(len(mix)) as pool:
+        results = list(pool.map(lambda c: client.prove(c.name, c.witness_bytes(), timeout=300), mix))
+    assert len({r.job_id for r in results}) == len(mix)
+    for result, circuit in zip(results, mix):
+        assert result.circuit == circuit.name
+        assert result.public_signals == circuit.public
+        check_proof(result, circuit, tmp_path)
+        assert {"synthesize", "msm"} <= set(result.timings)
+
+
+def test_key_by_path_and_cli_prove_with_daemon_flag(daemon, circuits, tmp_path):
+    from cuzk.cli import main as cli_main
+
+    toy, medium = circuits["small"], circuits["medium"]
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    # Same positional arguments as the local prove: the zkey is a path here.
+    assert cli_main(["prove", "--daemon", f"unix:{daemon.socket}", str(toy.zkey), str(toy.witness), str(proof), str(public)]) == 0
+    assert snarkjs_verify(toy.vkey, public, proof)
+    # ... or a registered name.
+    assert cli_main(["prove", "--daemon", str(daemon.socket), medium.name, str(medium.witness), str(proof), str(public)]) == 0
+    assert snarkjs_verify(medium.vkey, public, proof)
+
+
+def test_cli_submit_await_status_keys_top(daemon, circuits, tmp_path, capsys):
+    from cuzk.cli import main as cli_main
+
+    toy = circuits["small"]
+    addr = ["--daemon", f"unix:{daemon.socket}"]
+    assert cli_main(["submit", *addr, "--priority", "high", "--request-id", "cli-1", toy.name, str(toy.witness)]) == 0
+    job_id = capsys.readouterr().out.strip()
+    proof, public = tmp_path / "p.json", tmp_path / "pub.json"
+    assert cli_main(["await", *addr, "--timeout", "120", job_id, str(proof), str(public)]) == 0
+    assert snarkjs_verify(toy.vkey, public, proof)
+
+    assert cli_main(["status", *addr, "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert {"budget", "keys", "jobs", "workers", "reconciler", "supervisor", "server"} <= set(status)
+    assert status["supervisor"]["engine_pid"] == daemon.engine_pid()
+
+    medium = circuits["medium"]
+    assert cli_main(["keys", *addr, "preload", medium.name]) == 0
+    assert f"{medium.name}: hot" in capsys.readouterr().out
+    assert cli_main(["keys", *addr]) == 0
+    listing = capsys.readouterr().out
+    assert toy.name in listing and medium.name in listing
+    assert cli_main(["top", *addr, "--once"]) == 0
+    frame = capsys.readouterr().out
+    assert "budget" in frame and "workers" in frame and job_id in frame
+    assert cli_main(["cancel", *addr, job_id]) == 0
+    assert "already finished" in capsys.readouterr().out
+
+
+def test_idempotent_resubmit(client, circuits):
+    toy, poseidon = circuits["small"], circuits["medium"]
+    request_id = f"idem-{uuid.uuid4().hex}"
+    first, dup1 = client.submit(toy.name, toy.witness_bytes(), request_id=request_id)
+    second, dup2 = client.submit(toy.name, toy.witness_bytes(), request_id=request_id)
+    assert first == second and (dup1, dup2) == (False, True)
+    assert client.await_proof(first, 120).state == "DONE"
+    third, dup3 = client.submit(toy.name, toy.witness_bytes(), request_id=request_id)  # after it finished, too
+    assert third == first and dup3
+    assert sum(1 for j in client.list_jobs() if j.request_id == request_id) == 1
+    with pytest.raises(DaemonError, match="already used") as info:
+        client.submit(poseidon.name, poseidon.witness_bytes(), request_id=request_id)
+    assert info.value.code == "ALREADY_EXISTS"
+
+
+def test_priorities_respected(client, circuits, blocker):
+    toy = circuits["small"]
+    block_id, _ = client.submit(blocker.name, blocker.witness_bytes(), priority="critical")
+    wait_for(lambda: job_state(client, block_id) != "QUEUED", 60, "the blocker to start")
+    order = ["LOW", "NORMAL", "LOW", "HIGH", "NORMAL", "CRITICAL", "LOW", "HIGH"]
+    ids = {client.submit(toy.name, toy.witness_bytes(), priority=p)[0]: p for p in order}
+    queued_behind = job_state(client, block_id) not in ("DONE", "FAILED")
+    for job_id in ids:
+        client.await_proof(job_id, 300)
+    client.await_proof(block_id, 300)
+    if not queued_behind:
+        pytest.skip("the blocker finished before the other jobs were queued (machine too fast for this check)")
+    jobs = {j.job_id: j for j in client.list_jobs()}
+    started = sorted(ids, key=lambda i: jobs[i].started_at)
+    ranks = [PRIORITY_RANK[ids[i]] for i in started]
+    # The first of them may have been taken the moment the blocker left synthesis; after it, strict priority order.
+    assert ranks[1:] == sorted(ranks[1:], reverse=True), [ids[i] for i in started]
+    # FIFO within a level.
+    for level in set(order):
+        same = [i for i in started[1:] if ids[i] == level]
+        assert same == sorted(same, key=lambda i: jobs[i].submitted_at)
+
+
+def test_cancel_at_each_stage(client, circuits, blocker):
+    toy = circuits["small"]
+    # Queued: behind a running blocker.
+    block_id, _ = client.submit(blocker.name, blocker.witness_bytes(), priority="critical")
+    wait_for(lambda: job_state(client, block_id) != "QUEUED", 60, "the blocker to start")
+    queued_id, _ = client.submit(toy.name, toy.witness_bytes(), priority="low")
+    assert client.cancel(queued_id) == (True, "CANCELLED")
+    with pytest.raises(JobCancelled):
+        client.await_proof(queued_id, 30)
+    client.await_proof(block_id, 300)
+
+    # Synthesizing and proving: caught in the act by polling the job's state.
+    for stage in ("SYNTHESIZING", "PROVING"):
+        job_id, _ = client.submit(blocker.name, blocker.witness_bytes())
+        seen = wait_for(lambda: (s := job_state(client, job_id)) in (stage, "DONE") and s, 120, f"a job {stage.lower()}")
+        if seen == "DONE":
+            pytest.skip(f"{blocker.name} finished before it could be seen {stage.lower()}")
+        cancelled, _ = client.cancel(job_id)
+        assert cancelled
+        result = client.await_proof(job_id, 120, check=False)
+        assert result.state == "CANCELLED", f"cancelled while {stage}: {result.state} {result.error}"
+
+    # Done: nothing to cancel.
+    done = client.prove(toy.name, toy.witness_bytes(), timeout=120)
+    assert client.cancel(done.job_id) == (False, "DONE")
+    # The daemon still proves after all that.
+    assert client.prove(toy.name, toy.witness_bytes(), timeout=120).state == "DONE"
+
+
+def test_await_timeout_then_result(client, circuits, blocker):
+    job_id, _ = client.submit(blocker.name, blocker.witness_bytes())
+    t0 = time.monotonic()
+    with pytest.raises(AwaitTimeout, match="still"):
+        client.await_proof(job_id, 0.05)
+    assert time.monotonic() - t0 < 5
+    assert client.await_proof(job_id, 300).state == "DONE"
+
+
+# -- bad requests ---------------------------------------------------------------------------------
+
+def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(daemon, client, circuits, tmp_path):
+    toy, poseidon = circuits["small"], circuits["medium"]
+
+    with pytest.raises(DaemonError, match="unknown circuit key 'nope'") as info:
+        client.submit("nope", toy.witness_bytes())
+    assert info.value.code == "NOT_FOUND"
+    with pytest.raises(DaemonError, match="no proving key file") as info:
+        client.submit(tmp_path / "missing.zkey", toy.witness_bytes())
+    assert info.value.code == "NOT_FOUND"
+
+    with pytest.raises(DaemonError, match=r"wtns") as info:
+        client.submit(toy.name, b"not a witness at all" * 10)
+    assert info.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(DaemonError, match="no witness"):
+        client.submit(toy.name, b"")
+
+    with pytest.raises(DaemonError, match="signals") as info:  # poseidon's witness for the toy key
+        client.submit(toy.name, poseidon.witness_bytes())
+    assert info.value.code == "INVALID_ARGUMENT"
+
+    with pytest.raises(RequestTooLarge, match="larger than max"):
+        client.submit(toy.name, b"\0" * (MAX_REQUEST + 1024))
+
+    with pytest.raises(DaemonError, match="no job"):
+        client.await_proof("0" * 32, 1)
+
+    # TCP: the token is required and checked.
+    with Client(daemon.tcp) as anonymous, pytest.raises(DaemonError, match="bearer token") as info:
+        anonymous.status()
+    assert info.value.code == "UNAUTHENTICATED"
+    with Client(daemon.tcp, token="wrong-token-" + "y" * 16) as wrong, pytest.raises(DaemonError, match="bearer token"):
+        wrong.submit(toy.name, toy.witness_bytes())
+    with Client(daemon.tcp, token=TOKEN) as good:
+        result = good.prove(toy.name, toy.witness_bytes(), timeout=120)
+    check_proof(result, toy, tmp_path)
+
+    # No daemon at all: a clear connection error, quickly.
+    with Client(f"unix:{tmp_path}/none.sock") as nobody, pytest.raises(DaemonUnavailable, match="no cuzk daemon answers"):
+        nobody.status()
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+def test_http_metrics_and_status(daemon, client, circuits):
+    toy = circuits["small"]
+    client.prove(toy.name, toy.witness_bytes(), timeout=120)
+    metrics = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
+    for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', "cuzk_phase_seconds_bucket", "cuzk_queue_depth",
+                 'cuzk_budget_bytes{kind="total"}', 'cuzk_budget_bytes{kind="untracked"}', 'cuzk_budget_reserved_bytes{category="key"}',
+                 "cuzk_oom_restarts_total", "cuzk_jobs{"):
+        assert name in metrics, name
+    assert client.metrics().startswith("# HELP")
+    status = json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())
+    assert status["budget"]["total_bytes"] > 0 and "by_category" in status["budget"]
+    assert {k["name"] for k in status["keys"]} >= {c.name for c in circuits.values()}
+    assert all(k["working_set_bytes"] > 0 for k in status["keys"])
+    assert status["jobs"]["by_state"].get("done", 0) >= 1
+    assert status["workers"] and status["reconciler"]["latest"]["actual_bytes"] > 0
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(f"http://{daemon.http}/nothing", timeout=10)
