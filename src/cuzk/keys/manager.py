@@ -411,7 +411,7 @@ class KeyManager:
                 arr.flags.writeable = False
             zkey = ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, **arrays)
             with BinFile(entry.path, "zkey", zkey_format.ZKEY_MAX_VERSION, zkey_format.SECTION_NAMES) as f:
-                zkey_format._check_coeffs(f, header, zkey.coeffs)
+                zkey_format.check_coeffs(f, header, zkey.coeffs)
         except BaseException:
             arrays = zkey = None
             buffer.close()

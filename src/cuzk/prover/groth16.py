@@ -76,36 +76,77 @@ def check_inputs(zkey: ZKey, witness: Witness, r1cs: R1CS | None = None) -> None
             raise UnsatisfiedWitnessError(failing)
 
 
-def prove(
-    backend: Backend,
+@dataclass
+class Synthesis:
+    """One witness evaluated on the key's domain: the CPU half of a proof, handed to the proving half.
+
+    The engine runs :func:`synthesize` on CPU worker threads and :func:`prove_synthesized`
+    on a device worker, so the next job's synthesis overlaps this job's NTTs and MSMs.
+    ``a`` and ``b`` (A·w, B·w, Montgomery form) are taken over by the proving half, which
+    drops them as soon as the H scalars exist.
+    """
+
+    witness: Witness
+    w: np.ndarray  # the witness values, (n_vars, Lr) uint32 standard form
+    a: np.ndarray | None
+    b: np.ndarray | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def take_ab(self) -> tuple[np.ndarray, np.ndarray]:
+        a, b = self.a, self.b
+        if a is None or b is None:
+            raise ValueError("this synthesis was already proved (its a/b vectors are gone)")
+        self.a = self.b = None
+        return a, b
+
+
+def _checkpoint(cancelled: Callable[[], bool] | None) -> None:
+    if cancelled is not None and cancelled():
+        raise ProofCancelled()
+
+
+def synthesize(
     zkey: ZKey,
     witness: Witness,
     *,
     r1cs: R1CS | None = None,
-    on_abc_released: Callable[[], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
-) -> Proof:
-    """Prove one witness; ``on_abc_released`` fires when the a/b/c vectors are freed (phase-one release)."""
-    curve = zkey.curve
+) -> Synthesis:
+    """Check the witness against the key (and the r1cs when given), then evaluate A·w and B·w on the CPU."""
     timings: dict[str, float] = {}
-
-    def checkpoint() -> None:
-        if cancelled is not None and cancelled():
-            raise ProofCancelled()
-
     t = time.perf_counter()
     check_inputs(zkey, witness, r1cs)
     w = np.ascontiguousarray(witness.values)
     timings["check"] = time.perf_counter() - t
-    checkpoint()
+    _checkpoint(cancelled)
 
     t = time.perf_counter()
-    a, b = evaluate_ab(curve, zkey.coeffs, w, zkey.domain_size)
-    c = backend.fr_mul(curve, a, b)
+    a, b = evaluate_ab(zkey.curve, zkey.coeffs, w, zkey.domain_size)
     timings["synthesize"] = time.perf_counter() - t
-    checkpoint()
+    _checkpoint(cancelled)
+    return Synthesis(witness, w, a, b, timings)
+
+
+def prove_synthesized(
+    backend: Backend,
+    zkey: ZKey,
+    synthesis: Synthesis,
+    *,
+    on_abc_released: Callable[[], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Proof:
+    """The proving half: C = A∘B, H by NTTs, the five MSMs and the blinding.
+
+    ``on_abc_released`` fires when the a/b/c vectors are freed (phase-one release of the
+    working-set reservation); ``cancelled`` is polled between phases.
+    """
+    curve = zkey.curve
+    timings = dict(synthesis.timings)
+    w = synthesis.w
+    a, b = synthesis.take_ab()
 
     t = time.perf_counter()
+    c = backend.fr_mul(curve, a, b)
     shift = curve.fr_root_of_unity(zkey.power + 1)
     a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
     b = backend.coset_ntt(curve, backend.intt(curve, b), shift)
@@ -115,14 +156,14 @@ def prove(
     timings["ntt"] = time.perf_counter() - t
     if on_abc_released is not None:
         on_abc_released()
-    checkpoint()
+    _checkpoint(cancelled)
 
     t = time.perf_counter()
     pi_a = backend.msm_g1(curve, zkey.a, w)
     pib1 = backend.msm_g1(curve, zkey.b1, w)
-    checkpoint()
+    _checkpoint(cancelled)
     pi_b = backend.msm_g2(curve, zkey.b2, w)
-    checkpoint()
+    _checkpoint(cancelled)
     pi_c = backend.msm_g1(curve, zkey.c, w[zkey.n_public + 1 :])
     res_h = backend.msm_g1(curve, zkey.h, h_scalars)
     timings["msm"] = time.perf_counter() - t
@@ -140,4 +181,18 @@ def prove(
     pi_c = G1.add(pi_c, G1.mul(zkey.delta1, (-r * s) % r_mod))
     timings["blind"] = time.perf_counter() - t
 
-    return Proof(curve, pi_a, pi_b, pi_c, public_signals(witness, zkey.n_public), timings)
+    return Proof(curve, pi_a, pi_b, pi_c, public_signals(synthesis.witness, zkey.n_public), timings)
+
+
+def prove(
+    backend: Backend,
+    zkey: ZKey,
+    witness: Witness,
+    *,
+    r1cs: R1CS | None = None,
+    on_abc_released: Callable[[], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> Proof:
+    """Prove one witness: :func:`synthesize` then :func:`prove_synthesized`."""
+    synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled)
+    return prove_synthesized(backend, zkey, synthesis, on_abc_released=on_abc_released, cancelled=cancelled)

@@ -1,0 +1,695 @@
+"""The proving engine: the daemon's core, in-process, below any network layer.
+
+Usage (what the gRPC/HTTP server, the CLI and the tests do)::
+
+    from cuzk.engine import Engine, EngineConfig, Priority
+
+    engine = Engine(EngineConfig(data_dir="/var/lib/cuzk", keys={"sha": "/keys/sha256.zkey"}))
+    engine.start()
+    job_id = engine.submit("sha", wtns_bytes, Priority.HIGH, request_id="client-42")  # durable on return
+    record = engine.await_result(job_id, timeout=60)   # JobRecord; AwaitTimeout if not done in time
+    record.state, record.proof, record.public_signals, record.error
+    engine.stop()
+
+The API, all thread-safe:
+
+- ``submit(circuit, witness, priority=NORMAL, request_id=None) -> job_id`` — the witness is
+  the .wtns file's bytes. The witness is checked against the key's header (curve, number of
+  signals) and the job is journaled (fsync'd) before this returns; a repeated
+  ``request_id`` returns the first job's id. Raises a ``ValueError`` subclass for an unknown
+  circuit, a malformed or mismatched witness, a request id reused for other work.
+- ``await_result(job_id, timeout=None) -> JobRecord`` — the finished record (DONE with
+  ``proof``/``public_signals``, FAILED with ``error``, or CANCELLED). ``AwaitTimeout`` when
+  not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
+  replayed by the next engine on this data directory), ``UnknownJobError``.
+- ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
+- ``cancel(job_id) -> bool`` — works at every stage: queued (removed at once), waiting
+  for memory, synthesizing, waiting for a prover, proving (stops at the next phase
+  boundary). False when the job had already finished.
+- ``register_key(name, zkey_path, r1cs_path=None)`` / ``unregister_key(name)`` — remembered
+  in the journal across restarts; with an r1cs every witness is checked for
+  satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
+- ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
+  state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
+- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (the
+  engine measures one itself when a job runs alone, see ``workset.PeakProbe``); later
+  reservations for that circuit use it when it exceeds the estimate.
+- ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
+  state change, before the worker's next cancellation check (observers, streaming status).
+
+Inside: one priority queue of submitted jobs (``Scheduler``), ``synth_workers`` CPU threads
+that admit a job — key lease from the ``KeyManager`` (hot tier, loaded on demand), then a
+working-set reservation sized from the header (``workset.working_set``), both waiting for
+room rather than over-committing — and synthesize it; a second priority queue of
+synthesized jobs; one proving thread per backend device. A synthesis worker takes a new job
+only while fewer than ``synth_workers`` synthesized jobs wait, so synthesis of the next job
+overlaps the current proof without running ahead of memory. Admission is serialized (one
+job at a time waits for memory) so two half-admitted jobs can never wait on each other; a
+job whose key plus working set exceeds the whole budget fails at once with that reason.
+Each proof is verified against the key before it is returned (``verify``); a proof that
+does not verify is never returned — the job fails with the reason.
+
+``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
+the journal, so the next engine on the data directory replays it (as after a crash). A job
+whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM
+kills) is failed at replay instead of being retried forever.
+
+Threads, not processes: the numba kernels and CuPy release the GIL where they can. (The
+CPU backend's kernels are compiled without ``nogil``, so on the CPU backend synthesis and
+proving take turns on the GIL; they overlap fully with the CUDA backend.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..formats.json_io import proof_to_json
+from ..formats.r1cs import read_r1cs
+from ..formats.wtns import read_wtns
+from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
+from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
+from ..memory.units import MiB, format_size, parse_size
+from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
+from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
+from .journal import DataDirLock, Journal
+from .scheduler import Scheduler, SchedulerClosed
+from .workset import PeakProbe, WorkingSet, working_set
+
+log = logging.getLogger("cuzk.engine")
+
+
+class EngineStopped(RuntimeError):
+    """The engine is stopping or stopped; the job (if any) stays in the journal for the next one."""
+
+
+class AwaitTimeout(TimeoutError):
+    def __init__(self, job_id: str, state: JobState, timeout: float | None):
+        super().__init__(f"job {job_id} is still {state.value} after {timeout} s")
+        self.job_id = job_id
+        self.state = state
+
+
+class JobTooLarge(ProvingError):
+    """Key plus working set exceed the whole budget: waiting could never help."""
+
+
+class ProofRejected(ProvingError):
+    """The proof did not pass self-verification; it is not returned."""
+
+
+@dataclass
+class EngineConfig:
+    data_dir: Path
+    budget_bytes: int | None = None  # None: derived from the real limit (cgroup, MemTotal) by memory.plan
+    backend: str = "auto"  # "auto" | "cpu" | "cuda"
+    synth_workers: int = 1
+    verify: bool = True
+    key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
+    key_idle_evict_s: float = 10.0
+    load_chunk_bytes: int = 64 * MiB
+    result_ttl_s: float = 24 * 3600.0
+    result_max_bytes: int = 64 * MiB
+    max_attempts: int = 3
+    keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
+    r1cs: dict[str, str] = field(default_factory=dict)  # name → .r1cs path (optional satisfaction check)
+    reconcile: bool = True  # run the memory reconciler on an engine-made budget
+    measure_peaks: bool = True
+    heartbeat: bool = False  # write <data_dir>/run/engine-state.json for the supervisor
+    housekeeping_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.synth_workers < 1:
+            raise ValueError(f"synth_workers must be at least 1, got {self.synth_workers}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        if self.key_tier not in ("hot", "warm"):
+            raise ValueError(f"key_tier must be 'hot' or 'warm', got {self.key_tier!r}")
+        if self.housekeeping_interval_s <= 0:
+            raise ValueError("housekeeping_interval_s must be positive")
+
+    @classmethod
+    def from_mapping(cls, data_dir: str | Path, values: Mapping[str, Any]) -> EngineConfig:
+        """From the daemon config's ``[engine]`` table: sizes may be strings ("64MiB"); unknown keys are an error."""
+        known = {f.name: f for f in fields(cls)}
+        out: dict[str, Any] = {"data_dir": Path(data_dir)}
+        for key, value in values.items():
+            if key not in known or key == "data_dir":
+                raise ValueError(f"[engine] {key}: unknown setting (known: {', '.join(sorted(set(known) - {'data_dir'}))})")
+            if key.endswith("_bytes") and value is not None:
+                value = parse_size(value)
+            out[key] = value
+        return cls(**out)
+
+
+class _Job:
+    """A job while the engine holds it: its cancel flag, its place in the pipeline, the resources it holds."""
+
+    def __init__(self, record: JobRecord):
+        self.id = record.job_id
+        self.circuit = record.circuit
+        self.priority = record.priority
+        self.seq = record.seq
+        self.state = record.state
+        self.cancel_requested = threading.Event()
+        self.interrupted = False  # the engine is stopping: leave the job unfinished for replay
+        self.done = threading.Event()
+        self.final: JobRecord | None = None
+        self.lease: KeyLease | None = None
+        self.reservation: Reservation | None = None
+        self.workset: WorkingSet | None = None
+        self.synthesis: Synthesis | None = None
+        self.worker: str | None = None
+        self.overlapped = False  # another job or key load ran beside it: its peak is not its own
+        self.probe_baseline: int | None = None
+        self.loads_at_start = 0
+        self.timings: dict[str, float] = {}
+        self.lock = threading.Lock()
+
+    def cancelled(self) -> bool:
+        return self.interrupted or self.cancel_requested.is_set()
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None):
+        """``budget``/``reconciler``: share the daemon's; by default the engine plans its own from the real limit.
+        ``backends``: one proving worker per entry; by default one per device of ``config.backend``."""
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock = DataDirLock(config.data_dir)
+        self._dir_lock.acquire()
+        try:
+            self._owns_reconciler = False
+            if budget is None:
+                budget, reconciler = self._plan_budget()
+            self.budget = budget
+            self.reconciler = reconciler
+            self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
+            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
+                                   default_tier=KeyTier(config.key_tier))
+            self.backends = backends if backends is not None else self._make_backends()
+            self._r1cs: dict[str, str] = {}
+            self._register_saved_keys()
+        except BaseException:
+            self._dir_lock.release()
+            raise
+
+        self._queue: Scheduler[_Job] = Scheduler()  # submitted, waiting for a synthesis worker
+        self._ready: Scheduler[_Job] = Scheduler()  # synthesized, waiting for a proving worker
+        self._slots = threading.Semaphore(config.synth_workers)  # synthesizing + synthesized-but-not-proving
+        self._admission = threading.Lock()
+        self._jobs: dict[str, _Job] = {}
+        self._jobs_lock = threading.Lock()
+        self._listeners: list[Callable[[str, JobState], None]] = []
+        self._threads: list[threading.Thread] = []
+        self._workers: dict[str, dict[str, Any]] = {}
+        self._started = self._stopping = False
+        self._stop_event = threading.Event()
+        self._finished = 0
+        self._probe = PeakProbe() if config.measure_peaks else None
+        self._measure_lock = threading.Lock()
+        self._active: set[_Job] = set()
+        self._seen_circuits: set[str] = set()  # circuits proved once in this process (the first run pays JIT warm-up)
+        self._peaks = self.journal.saved_peaks()
+        self._vkey_lock = threading.Lock()
+        self._replay()
+
+    # ---- construction helpers ----------------------------------------------------------------
+    def _plan_budget(self) -> tuple[MemoryBudget, Any]:
+        from ..memory.commands import check_memory
+        from ..memory.reconcile import Reconciler
+
+        _, plan, _, _ = check_memory(self.config.budget_bytes)
+        budget = MemoryBudget(plan.total_bytes)
+        reconciler = None
+        if self.config.reconcile:
+            reconciler = Reconciler(budget, plan)
+            self._owns_reconciler = True
+        log.info("memory budget %s (ceiling %s from %s, margin %s)", format_size(plan.total_bytes),
+                 format_size(plan.ceiling_bytes), plan.ceiling_source, format_size(plan.margin_bytes))
+        return budget, reconciler
+
+    def _make_backends(self) -> list:
+        """One proving worker per GPU (each its own CudaBackend), or the one CPU backend."""
+        from ..backends import get_backend
+
+        backend = get_backend(self.config.backend)
+        if backend.name != "cuda":
+            return [backend]
+        from ..backends.cuda import CudaBackend, cupy_device_count
+
+        return [backend] + [CudaBackend(device=i) for i in range(1, cupy_device_count())]
+
+    def _register_saved_keys(self) -> None:
+        saved = self.journal.saved_keys()
+        wanted = dict(saved)
+        for name, path in self.config.keys.items():
+            wanted[name] = (path, self.config.r1cs.get(name))
+        for name, (path, r1cs) in wanted.items():
+            try:
+                self.register_key(name, path, r1cs)
+            except (ValueError, OSError) as exc:
+                # A key that went away must not stop the daemon; its jobs fail with the reason.
+                log.error("key %r not registered: %s", name, exc)
+
+    def _replay(self) -> None:
+        for record in self.journal.requeue_unfinished():
+            if record.attempts >= self.config.max_attempts:
+                self.journal.finish(record.job_id, JobState.FAILED, error=(
+                    f"abandoned: the engine stopped unexpectedly {record.attempts} times while this job was running "
+                    f"(out of memory?); not retried again (max_attempts = {self.config.max_attempts})"))
+                continue
+            self._enqueue(_Job(record))
+        if self._jobs:
+            log.info("replaying %d unfinished job(s) from the journal", len(self._jobs))
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Engine:
+        if self._started:
+            return self
+        if self._stopping:
+            raise EngineStopped("this engine was stopped; make a new one")
+        self._started = True
+        if self._owns_reconciler and self.reconciler is not None:
+            self.reconciler.start()
+        for i in range(self.config.synth_workers):
+            self._spawn(f"synth-{i}", self._synth_loop, "synthesis", None)
+        for i, backend in enumerate(self.backends):
+            self._spawn(f"prove-{i}", self._prove_loop, "proving", backend)
+        self._spawn("housekeeping", self._housekeeping_loop, "housekeeping", None)
+        return self
+
+    def _spawn(self, name: str, target, kind: str, backend) -> None:
+        self._workers[name] = {"name": name, "kind": kind, "backend": getattr(backend, "name", None), "job": None,
+                               "jobs_done": 0}
+        args = (name, backend) if kind == "proving" else (name,)
+        t = threading.Thread(target=target, args=args, name=f"cuzk-{name}", daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the workers; jobs in flight stop at their next phase boundary and stay in the journal for replay."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_event.set()
+        with self._jobs_lock:
+            jobs = list(self._jobs.values())
+        for job in jobs:
+            job.interrupted = True
+        self._queue.close()
+        for job in self._ready.close():  # synthesized but never proved: give back what they hold
+            self._release(job)
+            self._interrupt(job)
+        for _ in range(self.config.synth_workers):
+            self._slots.release()  # wake synthesis workers waiting for a slot
+        for t in self._threads:
+            t.join(timeout)
+        for job in jobs:  # queued ones never reached a worker
+            if not job.done.is_set():
+                self._interrupt(job)
+        self.keys.close()
+        if self._owns_reconciler and self.reconciler is not None:
+            self.reconciler.stop()
+        self.journal.close()
+        self._dir_lock.release()
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- keys -------------------------------------------------------------------------------
+    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None) -> None:
+        if r1cs_path is not None and not Path(r1cs_path).is_file():
+            raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
+        self.keys.register(name, zkey_path)
+        if r1cs_path is None:
+            self._r1cs.pop(name, None)
+        else:
+            self._r1cs[name] = str(Path(r1cs_path).resolve())
+        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name))
+
+    def unregister_key(self, name: str) -> None:
+        self.keys.unregister(name)
+        self._r1cs.pop(name, None)
+        self.journal.forget_key(name)
+
+    def preload(self, name: str, tier: str | KeyTier | None = None) -> str:
+        """Load a key now (default tier: the config's); returns the tier it is at."""
+        return self.keys.preload(name, KeyTier(tier) if tier is not None else None).value
+
+    def evict(self, name: str) -> int:
+        """Drop an idle key from memory; returns the bytes freed (KeyInUseError while a job uses it)."""
+        return self.keys.evict(name)
+
+    def working_set(self, circuit: str) -> WorkingSet:
+        """The reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak)."""
+        return working_set(self.keys.header(circuit), backend=self.backends[0] if self.backends else None,
+                           r1cs_path=self._r1cs.get(circuit), measured_bytes=self._peaks.get(circuit))
+
+    def record_peak(self, circuit: str, nbytes: int) -> int:
+        """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
+        if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+            raise ValueError(f"peak must be a non-negative number of bytes, got {nbytes!r}")
+        stored = self.journal.save_peak(circuit, nbytes)
+        self._peaks[circuit] = stored
+        return stored
+
+    # ---- jobs -------------------------------------------------------------------------------
+    def submit(self, circuit: str, witness: bytes | bytearray | memoryview, priority: Priority | int | str = Priority.NORMAL,
+               request_id: str | None = None) -> str:
+        """Journal a proof request (durable before this returns) and queue it; returns the job id."""
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        priority = Priority.parse(priority)
+        if not isinstance(witness, (bytes, bytearray, memoryview)):
+            raise JobError(f"witness must be the .wtns file's bytes, got {type(witness).__name__}")
+        header = self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
+
+        def check(path: Path) -> None:
+            check_inputs(header, read_wtns(path))  # FormatError / ProvingError name what is wrong
+
+        record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)
+        if created:
+            self._enqueue(_Job(record))
+        return record.job_id
+
+    def _enqueue(self, job: _Job) -> None:
+        with self._jobs_lock:
+            self._jobs[job.id] = job
+        self._queue.push(job.id, job.priority, job.seq, job)
+
+    def get(self, job_id: str) -> JobRecord:
+        record = self.journal.get(job_id)
+        if record is None:
+            raise UnknownJobError(job_id)
+        return record
+
+    def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        with self._jobs_lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            record = self.get(job_id)
+            if not record.finished:
+                raise EngineStopped(f"job {job_id} is {record.state.value} but this engine is not running it")
+            return record
+        if not job.done.wait(timeout):
+            raise AwaitTimeout(job_id, job.state, timeout)
+        if job.final is None or not job.final.finished:
+            raise EngineStopped(f"the engine stopped before job {job_id} finished; it is replayed on restart")
+        return job.final
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job wherever it is; False when it had already finished."""
+        with self._jobs_lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            self.get(job_id)  # UnknownJobError for an id never seen
+            return False
+        job.cancel_requested.set()
+        if self._queue.remove(job_id) is not None:
+            self._finish(job, JobState.CANCELLED, error="cancelled while queued")
+        elif self._ready.remove(job_id) is not None:
+            self._slots.release()
+            self._release(job)
+            self._finish(job, JobState.CANCELLED, error="cancelled after synthesis, before proving")
+        # Otherwise a worker holds it and stops at its next checkpoint.
+        return True
+
+    def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """Most recent first; finished jobs stay listed until pruned."""
+        return self.journal.list(states=None if states is None else [JobState(s) for s in states], circuit=circuit, limit=limit)
+
+    def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def jobs_finished(self) -> int:
+        """Jobs this engine finished (any terminal state) since it started."""
+        return self._finished
+
+    # ---- the pipeline -----------------------------------------------------------------------
+    def _synth_loop(self, name: str) -> None:
+        while True:
+            self._slots.acquire()
+            if self._stopping:
+                return
+            try:
+                job_id, job = self._queue.pop()
+            except SchedulerClosed:
+                return
+            self._workers[name]["job"] = job_id
+            handed_over = False
+            try:
+                handed_over = self._admit_and_synthesize(job, name)
+            except BaseException as exc:  # noqa: BLE001 — every failure ends the job, never the worker
+                self._end_with(job, exc)
+            finally:
+                self._workers[name]["job"] = None
+                if not handed_over:
+                    self._slots.release()
+
+    def _admit_and_synthesize(self, job: _Job, worker: str) -> bool:
+        with self._admission:
+            self._checkpoint(job)
+            job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            job.workset = self.working_set(job.circuit)
+            key_bytes = footprint(job.lease.header, job.lease.tier)
+            if key_bytes + job.workset.total_bytes > self.budget.total_bytes:
+                raise JobTooLarge(
+                    f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
+                    f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}")
+            job.reservation = self._reserve(job)
+            self._begin_measure(job)
+        job.worker = worker
+        self.journal.mark_started(job.id)
+        self._set_state(job, JobState.SYNTHESIZING)
+        self._checkpoint(job)
+        witness = read_wtns(self.journal.witness_path(job.id))
+        r1cs_path = self._r1cs.get(job.circuit)
+        r1cs = read_r1cs(r1cs_path) if r1cs_path else None
+        job.synthesis = synthesize(job.lease.zkey, witness, r1cs=r1cs, cancelled=job.cancelled)
+        del witness, r1cs
+        self._checkpoint(job)
+        self._ready.push(job.id, job.priority, job.seq, job)
+        return True
+
+    def _reserve(self, job: _Job) -> Reservation:
+        nbytes = job.workset.total_bytes
+        label = f"job {job.id[:8]} ({job.circuit})"
+        while True:  # bounded waits, so a cancel is seen while queued for memory
+            self._checkpoint(job)
+            try:
+                return self.budget.acquire(nbytes, "working", timeout=0.2, label=label)
+            except AcquireTimeout:
+                continue
+
+    def _prove_loop(self, name: str, backend) -> None:
+        while True:
+            try:
+                job_id, job = self._ready.pop()
+            except SchedulerClosed:
+                return
+            self._slots.release()
+            self._workers[name]["job"] = job_id
+            try:
+                self._prove(job, backend)
+                self._workers[name]["jobs_done"] += 1
+            except BaseException as exc:  # noqa: BLE001
+                self._end_with(job, exc)
+            finally:
+                self._workers[name]["job"] = None
+
+    def _prove(self, job: _Job, backend) -> None:
+        self._checkpoint(job)
+        self.journal.set_state(job.id, JobState.PROVING)
+        self._set_state(job, JobState.PROVING)
+        self._checkpoint(job)
+        abc = job.workset.abc_bytes
+
+        def abc_released() -> None:
+            job.reservation.release(min(abc, job.reservation.nbytes))
+
+        synthesis, job.synthesis = job.synthesis, None
+        proof = prove_synthesized(backend, job.lease.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
+        del synthesis
+        timings = dict(proof.timings)
+        if self.config.verify:
+            t = time.perf_counter()
+            ok = self._verify(job.lease, proof)
+            timings["verify"] = time.perf_counter() - t
+            if not ok:
+                raise ProofRejected("the proof failed self-verification against the key, so it is not returned: the witness "
+                                    "does not satisfy the circuit (register the key with its .r1cs to name the failing "
+                                    "constraint) or the key is corrupt")
+        self._end_measure(job)
+        proof_json = json.loads(proof_to_json(proof))
+        public = [str(v) for v in proof.public_signals]
+        self._release(job)
+        self._finish(job, JobState.DONE, proof=proof_json, public_signals=public, timings=timings)
+
+    def _verify(self, lease: KeyLease, proof) -> bool:
+        from ..prover.verify import prepare_vkey, verify, vkey_from_zkey
+
+        with self._vkey_lock:  # the prepared key is derived once per registration and kept across evictions
+            prepared = lease.extras.get("prepared_vkey")
+            if prepared is None:
+                prepared = lease.extras["prepared_vkey"] = prepare_vkey(vkey_from_zkey(lease.zkey))
+        return verify(prepared, proof.public_signals, proof)
+
+    @staticmethod
+    def _checkpoint(job: _Job) -> None:
+        if job.cancelled():
+            raise ProofCancelled()
+
+    def _end_with(self, job: _Job, exc: BaseException) -> None:
+        """A job left the pipeline through an exception: cancelled, failed with a reason, or interrupted by stop()."""
+        self._release(job)
+        if job.interrupted:
+            self._interrupt(job)
+        elif isinstance(exc, (ProofCancelled, KeyLoadCancelled)) or job.cancel_requested.is_set():
+            self._finish(job, JobState.CANCELLED, error=f"cancelled while {job.state.value}")
+        elif isinstance(exc, ValueError):  # bad input: unsatisfied witness, corrupt key, too large...
+            self._finish(job, JobState.FAILED, error=str(exc))
+        else:
+            log.error("job %s failed with an internal error", job.id, exc_info=exc)
+            self._finish(job, JobState.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+        if not isinstance(exc, Exception):
+            raise exc
+
+    def _release(self, job: _Job) -> None:
+        with job.lock:
+            with self._measure_lock:
+                self._active.discard(job)
+            job.synthesis = None
+            if job.reservation is not None:
+                job.reservation.release()
+                job.reservation = None
+            if job.lease is not None:
+                job.lease.release()
+                job.lease = None
+
+    def _set_state(self, job: _Job, state: JobState) -> None:
+        job.state = state
+        self._notify(job.id, state)
+
+    def _notify(self, job_id: str, state: JobState) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(job_id, state)
+            except Exception:
+                log.exception("job listener %r failed", listener)
+
+    def _finish(self, job: _Job, state: JobState, **result) -> None:
+        with self._jobs_lock:
+            if job.done.is_set():
+                return
+            job.final = self.journal.finish(job.id, state, timings=result.pop("timings", None) or job.timings, **result)
+            job.state = state
+            self._jobs.pop(job.id, None)
+            self._finished += 1
+            job.done.set()
+        self._notify(job.id, state)
+
+    def _interrupt(self, job: _Job) -> None:
+        """Stopping: the job stays unfinished in the journal; wake whoever awaits it."""
+        with self._jobs_lock:
+            if job.done.is_set():
+                return
+            job.final = None
+            self._jobs.pop(job.id, None)
+            job.done.set()
+
+    # ---- measurement ------------------------------------------------------------------------
+    def _loads_total(self) -> int:
+        return sum(k["loads"] for k in self.keys.status())
+
+    def _begin_measure(self, job: _Job) -> None:
+        with self._measure_lock:
+            for other in self._active:
+                other.overlapped = True
+            # Not its own peak: another job beside it, a warm key (its page-ins would count), or the
+            # circuit's first run in this process (numba's JIT and caches allocate then, once).
+            job.overlapped = bool(self._active) or job.lease.tier is not KeyTier.HOT or job.circuit not in self._seen_circuits
+            self._seen_circuits.add(job.circuit)
+            self._active.add(job)
+            job.loads_at_start = self._loads_total()
+            if self._probe is not None and not job.overlapped:
+                job.probe_baseline = self._probe.begin()
+
+    def _end_measure(self, job: _Job) -> None:
+        if self._probe is None or job.probe_baseline is None:
+            return
+        with self._measure_lock:
+            clean = not job.overlapped and self._loads_total() == job.loads_at_start
+            peak = self._probe.end(job.probe_baseline) if clean else None
+        if peak is not None and peak > job.workset.estimated_bytes and peak > (self._peaks.get(job.circuit) or 0):
+            log.info("circuit %s: measured working-set peak %s above the estimate %s", job.circuit, format_size(peak),
+                     format_size(job.workset.estimated_bytes))
+            self.record_peak(job.circuit, peak)
+
+    # ---- housekeeping and status ------------------------------------------------------------
+    def _housekeeping_loop(self, name: str) -> None:
+        last_prune = last_heartbeat = 0.0
+        while not self._stop_event.wait(self.config.housekeeping_interval_s):
+            try:
+                self.keys.maintain()
+                now = time.monotonic()
+                if now - last_prune >= 60:
+                    self.journal.prune()
+                    last_prune = now
+                if self.config.heartbeat and now - last_heartbeat >= 1:
+                    self._heartbeat()
+                    last_heartbeat = now
+            except Exception:
+                log.exception("engine housekeeping failed; continuing")
+
+    def _heartbeat(self) -> None:
+        from .supervisor import write_engine_state
+
+        latest = self.reconciler.latest if self.reconciler is not None else None
+        write_engine_state(
+            self.config.data_dir, budget_total=self.budget.total_bytes, budget_reserved=self.budget.reserved_bytes,
+            charged_bytes=latest.actual_bytes if latest else None,
+            untracked_peak=self.reconciler.peak_untracked_bytes if self.reconciler is not None else None,
+            jobs_finished=self._finished)
+
+    def status(self) -> dict[str, Any]:
+        with self._jobs_lock:
+            active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
+                       "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker}
+                      for j in self._jobs.values() if j.state is not JobState.QUEUED]
+        reconciler = None
+        if self.reconciler is not None:
+            latest = self.reconciler.latest
+            reconciler = {"latest": latest.to_dict() if latest else None,
+                          "peak_untracked_bytes": self.reconciler.peak_untracked_bytes,
+                          "peak_actual_bytes": self.reconciler.peak_actual_bytes}
+        return {
+            "running": self._started and not self._stopping,
+            "budget": self.budget.snapshot(),
+            "reconciler": reconciler,
+            "keys": self.keys.status(),
+            "jobs": {
+                "by_state": self.journal.counts(),
+                "queued_by_priority": self._queue.depth_by_priority(),
+                "waiting_for_prover": len(self._ready),
+                "active": active,
+                "finished_since_start": self._finished,
+                "result_bytes": self.journal.result_bytes(),
+            },
+            "workers": [dict(w) for w in self._workers.values()],
+            "peaks": dict(self._peaks),
+            "config": {"backend": [getattr(b, "name", str(b)) for b in self.backends], "verify": self.config.verify,
+                       "synth_workers": self.config.synth_workers, "key_tier": self.config.key_tier,
+                       "data_dir": str(self.config.data_dir)},
+        }

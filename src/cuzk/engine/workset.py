@@ -1,0 +1,123 @@
+"""How much host memory one proof needs, from the key's header alone, and how to measure it.
+
+The estimate follows the prover's own steps (``prover.groth16``), with N = domain size,
+E = bytes per Fr element (n8r), V = number of signals:
+
+- witness: the job's .wtns values, memory-mapped and read in full — V·E;
+- a/b/c phase: A·w and B·w (synthesis), C = A∘B, and while each is interpolated and
+  evaluated on the coset the backend holds up to two more domain vectors at once (the
+  inverse NTT's output and the coset NTT's output before the old vector is dropped) — 5·N·E;
+  the H scalars are computed from these at the end of the phase;
+- MSM phase: the H scalars (N·E) and the MSM scratch of the largest MSM: the backend's own
+  ``msm_scratch_bytes(curve, n, group)`` where it has one, else the CPU Pippenger's bound
+  (recoded scalar copy and indices per point, plus bounded per-task bucket sorting space);
+- with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size.
+
+The reservation is released in two phases: the a/b/c part when the prover reports those
+vectors freed (``on_abc_released``), the rest when the job ends. A measured peak for the
+circuit (``PeakProbe`` while a job runs alone, or a reconciler reading fed to
+``Engine.record_peak``) replaces the estimate when it is larger: the estimate is exact
+arithmetic over what the prover allocates, the measurement catches what it cannot see
+(allocator slack, backend temporaries).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numba
+
+from ..formats.zkey import ZKeyHeader
+
+ABC_VECTORS = 5  # a, b, c + the two NTT outputs alive at once
+# CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and coordinates kept per point.
+MSM_TASK_POINTS = 1 << 18
+MSM_COORDS_PER_POINT = 4  # the sorted affine points (x, y) plus the batched-inversion tree's scratch
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    abc_bytes: int  # released when the prover frees a/b/c (phase one)
+    rest_bytes: int  # witness, H scalars, MSM scratch, r1cs: released at the end
+    estimated_bytes: int  # the header arithmetic alone
+    measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
+
+    @property
+    def total_bytes(self) -> int:
+        return self.abc_bytes + self.rest_bytes
+
+    def to_dict(self) -> dict:
+        return {"total_bytes": self.total_bytes, "abc_bytes": self.abc_bytes, "rest_bytes": self.rest_bytes,
+                "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes}
+
+
+def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
+    """Upper bound of the CPU Pippenger's scratch for ``n`` points of G1 (group=1) or G2 (group=2)."""
+    coord = header.n8q * group  # one coordinate of G1 is an Fq, of G2 an Fq2
+    per_point = 2 * header.n8r + 16  # offset scalar (n8r + 8) + index (8) + kind, digit (5), rounded up
+    per_task = min(n, MSM_TASK_POINTS) * MSM_COORDS_PER_POINT * coord  # tasks run one per thread at a time
+    return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
+
+
+def working_set(header: ZKeyHeader, *, backend=None, r1cs_path: str | os.PathLike | None = None,
+                measured_bytes: int | None = None) -> WorkingSet:
+    """The working-set reservation of one proof with this key (see the module docstring for each term)."""
+    E, N, V = header.n8r, header.domain_size, header.n_vars
+    scratch_of = getattr(backend, "msm_scratch_bytes", None)
+    if scratch_of is not None:
+        scratch = max(scratch_of(header.curve, V, 2), scratch_of(header.curve, N, 1))
+    else:
+        scratch = max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
+    abc = ABC_VECTORS * N * E
+    rest = V * E + N * E + scratch
+    if r1cs_path is not None:
+        rest += 2 * os.path.getsize(r1cs_path)
+    estimated = abc + rest
+    if measured_bytes is not None and measured_bytes > estimated:
+        rest += measured_bytes - estimated
+    return WorkingSet(abc, rest, estimated, measured_bytes)
+
+
+def _read_status_kib(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+class PeakProbe:
+    """The process's peak RSS over an interval, through the kernel's high-water mark.
+
+    ``begin()`` resets VmHWM (writing 5 to /proc/self/clear_refs) and notes the current RSS;
+    ``end()`` returns how far the high-water mark rose above it. It is process-wide, so the
+    engine only trusts it for a job that ran with no other job or key load beside it.
+    Unavailable (``available`` False) where clear_refs cannot be written.
+    """
+
+    def __init__(self) -> None:
+        self.available = self._reset() and _read_status_kib("VmHWM") is not None
+
+    @staticmethod
+    def _reset() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def begin(self) -> int | None:
+        if not self.available or not self._reset():
+            return None
+        return _read_status_kib("VmRSS")
+
+    def end(self, baseline: int | None) -> int | None:
+        if baseline is None:
+            return None
+        hwm = _read_status_kib("VmHWM")
+        return None if hwm is None else max(0, hwm - baseline)
