@@ -1,0 +1,319 @@
+"""Groth16 setup: keys snarkjs reads and verifies with, from sampled toxic waste or a snarkjs .ptau."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, snarkjs_available, snarkjs_verify
+from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations, window_for
+from cuzk.circuits.synthetic import synthesize, write_synthetic
+from cuzk.cli import main as cli_main
+from cuzk.curves import BLS12_381, BN254
+from cuzk.curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
+from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
+from cuzk.formats.ptau import read_ptau
+from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
+from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
+
+CURVES = [BN254, BLS12_381]
+SMALL_CORPUS = [c for c in CORPUS_CIRCUITS if c != "sha256_32B"]
+
+
+def _points(curve, group, rows):
+    decode = g1_from_bytes if group == 1 else g2_from_bytes
+    return [decode(curve, row.tobytes()) for row in rows]
+
+
+def _rows(curve, group, points):
+    encode = g1_to_bytes if group == 1 else g2_to_bytes
+    L = curve.Fq.limbs32
+    shape = (len(points), 2, L) if group == 1 else (len(points), 2, 2, L)
+    return np.frombuffer(b"".join(encode(curve, P) for P in points), dtype="<u4").reshape(shape).copy()
+
+
+# ----------------------------------------------------------------------------------
+# Kernels against the plain-int reference.
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("log_n", [1, 3, 5])
+def test_lagrange_basis_matches_reference(curve, log_n):
+    Fr, r = curve.Fr, curve.r
+    tau = random.randrange(2, r)
+    n = 1 << log_n
+    for odd in (False, True):
+        size = 2 * n if odd else n
+        w = curve.fr_root_of_unity(log_n + 1 if odd else log_n)
+        domain = [pow(w, k, r) for k in range(size)]
+        points = domain[1::2] if odd else domain
+        expected = []
+        for x in points:
+            num = den = 1
+            for y in domain:
+                if y != x:
+                    num, den = num * (tau - y) % r, den * (x - y) % r
+            expected.append(num * pow(den, -1, r) % r)
+        got = [Fr.from_mont(v) for v in limbs_to_ints(lagrange_at(curve, log_n, tau, odd_of_double=odd))]
+        assert got == expected
+
+
+def _edge_scalars(r):
+    return [0, 1, 2, 3, r - 1, r - 2, (r - 1) // 2, (r + 1) // 2, 1 << 250] + [(1 << k) - 1 for k in (5, 13, 16, 64, 200)]
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("group", [1, 2])
+@pytest.mark.parametrize("n_hint", [1, 2000, 200_000])
+def test_fixed_base_matches_reference(curve, group, n_hint):
+    G = curve.G1 if group == 1 else curve.G2
+    base = G.mul(G.generator, random.randrange(1, curve.r))
+    scalars = _edge_scalars(curve.r) + [random.randrange(curve.r) for _ in range(20)]
+    table = FixedBaseTable(curve, group, base, n_hint)
+    assert table.window == window_for(curve.r.bit_length(), n_hint)
+    got = _points(curve, group, table.mul(ints_to_limbs(scalars, curve.Fr.limbs32)))
+    assert got == [G.mul(base, k) for k in scalars]
+
+
+@settings(max_examples=10, deadline=None)
+@given(scalars=st.lists(st.integers(0, BN254.r - 1), min_size=0, max_size=12))
+def test_fixed_base_property(scalars):
+    table = FixedBaseTable(BN254, 1, BN254.G1.generator, 300)
+    got = _points(BN254, 1, table.mul(ints_to_limbs(scalars, 8)))
+    assert got == [BN254.G1.mul(BN254.G1.generator, k) for k in scalars]
+
+
+def test_fixed_base_rejects_unreduced_scalars():
+    table = FixedBaseTable(BN254, 1, BN254.G1.generator, 4)
+    with pytest.raises(ValueError, match="not reduced"):
+        table.mul(ints_to_limbs([5, BN254.r], 8))
+    with pytest.raises(ValueError, match="uint32"):
+        table.mul(np.zeros((3, 8), dtype=np.uint64))
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("group", [1, 2])
+def test_sparse_combinations_match_reference(curve, group):
+    G, r = (curve.G1 if group == 1 else curve.G2), curve.r
+    points = [G.mul(G.generator, random.randrange(1, r)) for _ in range(6)] + [None]
+    counts = [0, 1, 2, 5, 1, 3]
+    index = [random.randrange(len(points)) for _ in range(sum(counts))]
+    index[0] = 3
+    index[1:3] = [4, 4]  # the same point twice in one sum
+    coeffs = [1, r - 1, 2, random.randrange(r), 7, r - 7, 0, 1 << 200, random.randrange(r), 3, r - 1, random.randrange(r)]
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    got = _points(curve, group, sparse_combinations(curve, _rows(curve, group, points), indptr, np.array(index), ints_to_limbs(coeffs, curve.Fr.limbs32)))
+    expected = []
+    for k in range(len(counts)):
+        acc = None
+        for e in range(indptr[k], indptr[k + 1]):
+            acc = G.add(acc, G.mul(points[index[e]], coeffs[e]) if points[index[e]] else None)
+        expected.append(acc)
+    assert got == expected
+    with pytest.raises(ValueError, match="outside"):
+        sparse_combinations(curve, _rows(curve, group, points[:2]), np.array([0, 1]), np.array([2]), ints_to_limbs([1], curve.Fr.limbs32))
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+def test_column_sums_match_reference(curve):
+    Fr, r = curve.Fr, curve.r
+    lag = [random.randrange(r) for _ in range(9)]
+    counts = [2, 0, 4, 1]
+    rows = [random.randrange(9) for _ in range(7)]
+    coeffs = [random.randrange(r) for _ in range(6)] + [r - 1]
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    got = limbs_to_ints(column_sums(curve, indptr, np.array(rows), ints_to_limbs(coeffs, 8), ints_to_limbs([Fr.to_mont(v) for v in lag], 8)))
+    expected = [sum(coeffs[e] * lag[rows[e]] for e in range(indptr[k], indptr[k + 1])) % r for k in range(4)]
+    assert got == expected
+
+
+# ----------------------------------------------------------------------------------
+# What only depends on the r1cs is exactly what snarkjs writes.
+
+
+@pytest.mark.parametrize("name", CORPUS_CIRCUITS or ["toy_multiplier"])
+def test_domain_and_coefficients_match_snarkjs(name):
+    d = corpus_dir(name)
+    r1cs = read_r1cs(d / "circuit.r1cs")
+    snarkjs_key = read_zkey(d / "circuit.zkey")
+    assert 1 << domain_power(r1cs.n_constraints, r1cs.n_public) == snarkjs_key.domain_size
+    assert coefficient_section(r1cs).tobytes() == snarkjs_key.coeffs.tobytes()
+
+
+# ----------------------------------------------------------------------------------
+# Whole keys: cuzk's proofs verify with snarkjs (and snarkjs's proofs with the key's vkey).
+
+
+def _prove_and_check(zkey, wtns, vkey, tmp_path, tag=""):
+    """cuzk proves, snarkjs verifies with the exported key; snarkjs proves with the zkey, cuzk verifies."""
+    proof, public = tmp_path / f"proof{tag}.json", tmp_path / f"public{tag}.json"
+    assert cli_main(["prove", str(zkey), str(wtns), str(proof), str(public)]) == 0
+    assert snarkjs_verify(vkey, public, proof)
+    s_proof, s_public = tmp_path / f"snarkjs_proof{tag}.json", tmp_path / f"snarkjs_public{tag}.json"
+    res = subprocess.run([str(SNARKJS), "groth16", "prove", str(zkey), str(wtns), str(s_proof), str(s_public)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert load_json(s_public) == load_json(public)
+    assert cli_main(["verify", str(vkey), str(s_public), str(s_proof)]) == 0
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize(("n", "n_public"), [(200, 0), (1 << 10, 3)])
+def test_test_only_key_for_synthetic_circuit(curve, n, n_public, tmp_path, capsys):
+    if not snarkjs_available():
+        pytest.skip("snarkjs oracle not installed")
+    r1cs_path, wtns_path = write_synthetic(tmp_path, synthesize(curve, n, n_public, seed=n))
+    zkey = tmp_path / "circuit.zkey"
+    assert cli_main(["setup", str(r1cs_path), str(zkey), "--curve", curve.name]) == 0
+    out = capsys.readouterr().out
+    assert "TESTING ONLY" in out
+    header = read_zkey_header(zkey)
+    assert [c.name for c in header.mpc.contributions] == [TEST_ONLY_NAME]
+    assert header.delta1 == header.mpc.contributions[0].delta_after != curve.G1.generator
+    assert header.gamma2 == curve.G2.generator
+    assert 1 << header.power == header.domain_size >= n + n_public + 1
+    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path)
+
+
+@pytest.mark.parametrize("name", SMALL_CORPUS or ["toy_multiplier"])
+def test_test_only_key_for_corpus_circuit(name, tmp_path):
+    _corpus_key(name, tmp_path)
+
+
+@pytest.mark.slow
+def test_test_only_key_for_sha256(tmp_path):
+    _corpus_key("sha256_32B", tmp_path)
+
+
+def _corpus_key(name, tmp_path):
+    d = corpus_dir(name)
+    if not snarkjs_available():
+        pytest.skip("snarkjs oracle not installed")
+    zkey, vkey = tmp_path / "circuit.zkey", tmp_path / "vk.json"
+    assert cli_main(["setup", str(d / "circuit.r1cs"), str(zkey), "--vkey", str(vkey)]) == 0
+    theirs, ours = read_zkey_header(d / "circuit.zkey"), read_zkey_header(zkey)
+    assert (ours.curve, ours.n_vars, ours.n_public, ours.domain_size) == (theirs.curve, theirs.n_vars, theirs.n_public, theirs.domain_size)
+    assert ours.section_nbytes() == theirs.section_nbytes()
+    _prove_and_check(zkey, d / "witness.wtns", vkey, tmp_path)
+
+
+def test_every_setup_samples_fresh_secrets(tmp_path):
+    r1cs = write_synthetic(tmp_path, synthesize(BN254, 20, 1, seed=1))[0]
+    keys = [read_zkey_header(setup(r1cs, tmp_path / f"{i}.zkey").zkey) for i in range(2)]
+    assert keys[0].alpha1 != keys[1].alpha1 and keys[0].delta2 != keys[1].delta2
+
+
+# ----------------------------------------------------------------------------------
+# From a snarkjs powers of tau.
+
+
+def _snarkjs(*args, cwd):
+    res = subprocess.run([str(SNARKJS), *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _make_ptau(factory, curve_name, power=8):
+    """A prepared ptau made by snarkjs itself (new, one contribution, prepare phase2), and the unprepared one."""
+    if not snarkjs_available():
+        pytest.skip("snarkjs oracle not installed")
+    d = factory.mktemp(f"ptau_{curve_name}")
+    _snarkjs("powersoftau", "new", curve_name, str(power), "pot0.ptau", cwd=d)
+    _snarkjs("powersoftau", "contribute", "pot0.ptau", "pot1.ptau", "--name=cuzk test", "-e=cuzk test entropy", cwd=d)
+    _snarkjs("powersoftau", "prepare", "phase2", "pot1.ptau", "final.ptau", cwd=d)
+    return d / "final.ptau", d / "pot1.ptau"
+
+
+@pytest.fixture(scope="session")
+def ptau_bn254(tmp_path_factory):
+    return _make_ptau(tmp_path_factory, "bn128")
+
+
+@pytest.fixture(scope="session")
+def ptau_bls12_381(tmp_path_factory):
+    return _make_ptau(tmp_path_factory, "bls12381")
+
+
+def _ptau_key(curve, ptau, tmp_path, capsys):
+    r1cs_path, wtns_path = write_synthetic(tmp_path, synthesize(curve, 180, 2, seed=4))
+    zkey = tmp_path / "circuit.zkey"
+    assert cli_main(["setup", str(r1cs_path), str(zkey), "--ptau", str(ptau)]) == 0
+    assert "TESTING ONLY" not in capsys.readouterr().out
+    header = read_zkey_header(zkey)
+    with read_ptau(ptau) as p:
+        assert header.alpha1 == g1_from_bytes(curve, p.alpha_g1().tobytes())
+        assert header.beta2 == g2_from_bytes(curve, p.beta_g2().tobytes())
+    assert header.mpc.contributions[0].name == f"cuzk setup from {ptau.name}"
+    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path)
+
+
+def test_ptau_key_bn254(ptau_bn254, tmp_path, capsys):
+    _ptau_key(BN254, ptau_bn254[0], tmp_path, capsys)
+
+
+def test_ptau_key_for_corpus_circuit(ptau_bn254, tmp_path):
+    d = corpus_dir("toy_multiplier")
+    zkey = tmp_path / "circuit.zkey"
+    assert cli_main(["setup", str(d / "circuit.r1cs"), str(zkey), "--ptau", str(ptau_bn254[0])]) == 0
+    _prove_and_check(zkey, d / "witness.wtns", tmp_path / "verification_key.json", tmp_path)
+
+
+@pytest.mark.slow
+def test_ptau_key_bls12_381(ptau_bls12_381, tmp_path, capsys):
+    _ptau_key(BLS12_381, ptau_bls12_381[0], tmp_path, capsys)
+
+
+# ----------------------------------------------------------------------------------
+# Bad inputs: one clear line, exit status 1.
+
+
+def _setup_error(args, capsys) -> str:
+    assert cli_main(["setup", *map(str, args)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    return err
+
+
+@pytest.fixture
+def small_r1cs(tmp_path):
+    return write_synthetic(tmp_path / "small", synthesize(BN254, 40, 1, seed=2))[0]
+
+
+def test_malformed_r1cs(tmp_path, small_r1cs, capsys):
+    zkey = tmp_path / "out.zkey"
+    data = small_r1cs.read_bytes()
+    (tmp_path / "truncated.r1cs").write_bytes(data[: len(data) // 2])
+    assert "truncated" in _setup_error([tmp_path / "truncated.r1cs", zkey], capsys)
+    (tmp_path / "zkey.r1cs").write_bytes(b"zkey" + data[4:])
+    assert "not a .r1cs file" in _setup_error([tmp_path / "zkey.r1cs", zkey], capsys)
+    assert "cannot open" in _setup_error([tmp_path / "missing.r1cs", zkey], capsys)
+    empty = tmp_path / "empty.r1cs"
+    nothing = SparseMatrix(np.zeros(1, np.int64), np.zeros(0, np.uint32), np.zeros((0, 8), np.uint32))
+    write_r1cs(empty, BN254, 0, 1, 0, nothing, nothing, nothing)
+    assert "no constraints" in _setup_error([empty, zkey], capsys)
+    assert "is a bn128 circuit, not bls12-381" in _setup_error([small_r1cs, zkey, "--curve", "bls12-381"], capsys)
+    assert not zkey.exists()
+
+
+def test_malformed_ptau(ptau_bn254, tmp_path, small_r1cs, capsys):
+    prepared, unprepared = ptau_bn254
+    zkey = tmp_path / "out.zkey"
+    assert "prepare phase2" in _setup_error([small_r1cs, zkey, "--ptau", unprepared], capsys)
+    data = prepared.read_bytes()
+    (tmp_path / "truncated.ptau").write_bytes(data[: len(data) - 1000])
+    assert "truncated" in _setup_error([small_r1cs, zkey, "--ptau", tmp_path / "truncated.ptau"], capsys)
+    (tmp_path / "garbage.ptau").write_bytes(b"\x00" * 100)
+    assert "not a .ptau file" in _setup_error([small_r1cs, zkey, "--ptau", tmp_path / "garbage.ptau"], capsys)
+    big = write_synthetic(tmp_path / "big", synthesize(BN254, 300, 1, seed=2))[0]
+    assert "2^9" in _setup_error([big, zkey, "--ptau", prepared], capsys)
+    bls = write_synthetic(tmp_path / "bls", synthesize(BLS12_381, 10, 1, seed=2))[0]
+    assert "bn128" in _setup_error([bls, zkey, "--ptau", prepared], capsys)
+    assert not zkey.exists()
+
+
+def test_setup_error_is_a_value_error():
+    assert issubclass(SetupError, ValueError)
