@@ -183,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     else:
         add_memory_commands(sub)
     add_daemon_commands(sub)
+    from .bench.command import add_bench_command
+
+    add_bench_command(sub)
     return parser
 
 

@@ -1,0 +1,109 @@
+"""The memory timeline as a picture: memory on top, each job's phases below, on one time axis.
+
+Top: what is reserved, stacked by category, with the untracked memory on top of it (so the
+stack reaches what the kernel charges); lines for the limit, the budget (total and
+effective) and the charged memory. Engine deaths are red lines, the time without an engine
+is shaded. Bottom: one row per job, coloured by phase (queue, synthesis, waiting for a
+prover, prove, verify); warm-up jobs are drawn paler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..memory.units import GiB, MiB
+from .timeline import categories
+
+if TYPE_CHECKING:
+    from .runner import BenchRun
+
+PHASE_COLOURS = {"queue": "#d9d9d9", "synthesis": "#fdae61", "prover_wait": "#fee08b", "prove": "#1a9641", "verify": "#7b3294"}
+
+
+def _segments(job: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """(phase, start, end) of one job, rebuilt from the engine's stamps and phase timings."""
+    submitted, started, finished = job["engine_submitted_t_s"], job["engine_started_t_s"], job["engine_finished_t_s"]
+    phases = job.get("phases_s") or {}
+    if started is None or finished is None or not phases:
+        end = job["completed_t_s"]
+        return [] if end is None else [("queue", job["submitted_t_s"], end)]
+    verify_at = finished - phases.get("verify", 0.0)
+    prove_at = verify_at - phases.get("prove", 0.0)
+    synth_end = min(started + phases.get("synthesis", 0.0), prove_at)
+    out = [("queue", submitted, started), ("synthesis", started, synth_end), ("prover_wait", synth_end, prove_at),
+           ("prove", prove_at, verify_at), ("verify", verify_at, finished)]
+    return [(p, a, b) for p, a, b in out if b > a]
+
+
+def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    samples = run.sampler.samples
+    jobs = report["job_records"]
+    peak = max([s.limit_bytes or 0 for s in samples] + [s.charged_bytes or 0 for s in samples] + [1])
+    unit, unit_name = (GiB, "GiB") if peak >= 2 * GiB else (MiB, "MiB")
+
+    def series(values) -> np.ndarray:
+        return np.array([np.nan if v is None else v / unit for v in values], dtype=float)
+
+    t = np.array([s.t_s for s in samples])
+    fig, (ax, axj) = plt.subplots(2, 1, sharex=True, figsize=(12, 8), height_ratios=[3, 2], layout="constrained")
+
+    cats = categories(samples)
+    layers = [series([s.reserved_by_category.get(c, 0) if s.engine_up else None for s in samples]) for c in cats]
+    layers.append(series([s.untracked_bytes for s in samples]))
+    labels = [f"reserved: {c}" for c in cats] + ["untracked"]
+    colours = list(plt.get_cmap("tab20c").colors[: len(cats)]) + ["#bdbdbd"]
+    if len(t):
+        ax.stackplot(t, *[np.nan_to_num(layer) for layer in layers], labels=labels, colors=colours, alpha=0.85, step="post")
+        ax.step(t, series([s.limit_bytes for s in samples]), where="post", color="#d7191c", lw=2, label="limit")
+        ax.step(t, series([s.budget_total_bytes for s in samples]), where="post", color="black", lw=1.5, label="budget")
+        ax.step(t, series([s.budget_effective_bytes for s in samples]), where="post", color="black", lw=1, ls="--",
+                label="budget (effective)")
+        ax.plot(t, series([s.charged_bytes for s in samples]), color="#2c7bb6", lw=1.5, label="charged (engine)")
+        if any(s.kernel_charged_bytes is not None for s in samples):
+            ax.plot(t, series([s.kernel_charged_bytes for s in samples]), color="#2c7bb6", lw=0.8, ls=":",
+                    label="charged (kernel, read by the bench)")
+    down = [s.t_s for s in samples if not s.engine_up]
+    for x in down:
+        for a in (ax, axj):
+            a.axvspan(x - run.options.sample_interval / 2, x + run.options.sample_interval / 2, color="#fbb4b9", alpha=0.3, lw=0)
+    for event in report["oom"]["events"]:
+        x = event["died_at"] - run.started_wall
+        for a in (ax, axj):
+            a.axvline(x, color="#d7191c", lw=1.5)
+        ax.annotate("OOM kill" if event["oom_kill"] else "engine died", (x, ax.get_ylim()[1] * 0.95), color="#d7191c",
+                    xytext=(3, 0), textcoords="offset points", va="top")
+    measure_start = report["timeline"]["measure_started_t_s"]
+    if measure_start:
+        for a in (ax, axj):
+            a.axvline(measure_start, color="grey", lw=1, ls=":")
+        ax.annotate("measured →", (measure_start, 0), xytext=(3, 3), textcoords="offset points", color="grey")
+    ax.set_ylabel(unit_name)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    rate = report["proofs_per_s"]
+    ax.set_title(f"cuzk bench: {', '.join(c['name'] for c in report['workload']['circuits'])} — {report['jobs']['done']} proofs"
+                 + ("" if rate is None else f", {rate:.2f} proofs/s") + f", {report['oom']['recoveries']} OOM recoveries")
+
+    seen: set[str] = set()
+    for row, job in enumerate(jobs):
+        for phase, start, end in _segments(job):
+            label = None if phase in seen else phase.replace("_", " ")
+            seen.add(phase)
+            axj.barh(row, end - start, left=start, color=PHASE_COLOURS[phase], alpha=0.45 if job["warmup"] else 1.0,
+                     edgecolor="none", height=0.8, label=label)
+    axj.set_ylabel("job")
+    axj.set_xlabel("seconds since the run began")
+    axj.invert_yaxis()
+    axj.grid(axis="x", alpha=0.3)
+    if seen:
+        axj.legend(loc="lower right", fontsize=8, ncol=5)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
