@@ -59,6 +59,7 @@ from ..backends.cpu.field import (
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
+from ..curves.serialize import g1_from_bytes, g2_from_bytes
 from ..formats.limbs import ints_to_limbs
 from ..formats.ptau import Ptau, read_ptau
 from ..formats.r1cs import R1CS, SparseMatrix, read_r1cs
@@ -131,20 +132,18 @@ def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:
 
 def coefficient_section(r1cs: R1CS) -> np.ndarray:
     """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R²."""
-    curve = r1cs.curve
+    A, B = r1cs.A, r1cs.B
     m, p = r1cs.n_constraints, r1cs.n_public
-    parts = []
-    for matrix, M in ((0, r1cs.A), (1, r1cs.B)):
-        parts.append((np.full(M.nnz, matrix, np.uint32), np.repeat(np.arange(m, dtype=np.uint32), np.diff(M.row_ptr)), M.col.astype(np.uint32), M.values))
-    order = np.lexsort((np.concatenate([parts[0][0], parts[1][0]]), np.concatenate([parts[0][1], parts[1][1]])))
     public = np.arange(p + 1, dtype=np.uint32)
-    matrix = np.concatenate([np.concatenate([parts[0][0], parts[1][0]])[order], np.zeros(p + 1, np.uint32)])
-    constraint = np.concatenate([np.concatenate([parts[0][1], parts[1][1]])[order], m + public])
-    signal = np.concatenate([np.concatenate([parts[0][2], parts[1][2]])[order], public])
-    values = np.concatenate([np.concatenate([parts[0][3], parts[1][3]])[order], ints_to_limbs([1] * (p + 1), curve.Fr.limbs32)])
-    out = np.empty(matrix.size, dtype=coeff_dtype(curve.Fr.n8))
-    out["matrix"], out["constraint"], out["signal"] = matrix, constraint, signal
-    out["value"] = encode_coeff_values(curve, values)
+    matrix = np.concatenate([np.zeros(A.nnz, np.uint32), np.ones(B.nnz, np.uint32)])
+    constraint = np.concatenate([np.repeat(np.arange(m, dtype=np.uint32), np.diff(M.row_ptr)) for M in (A, B)])
+    order = np.lexsort((matrix, constraint))  # stable: each row keeps the file's order
+    out = np.empty(matrix.size + p + 1, dtype=coeff_dtype(r1cs.curve.Fr.n8))
+    out["matrix"] = np.concatenate([matrix[order], np.zeros(p + 1, np.uint32)])
+    out["constraint"] = np.concatenate([constraint[order], m + public])
+    out["signal"] = np.concatenate([np.concatenate([A.col, B.col])[order], public])
+    values = np.concatenate([np.concatenate([A.values, B.values])[order], ints_to_limbs([1] * (p + 1), r1cs.curve.Fr.limbs32)])
+    out["value"] = encode_coeff_values(r1cs.curve, values)
     return out
 
 
@@ -291,8 +290,6 @@ class _FromPtau(_Sections):
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
         super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
         curve = r1cs.curve
-        from ..curves.serialize import g1_from_bytes, g2_from_bytes
-
         self.alpha1 = g1_from_bytes(curve, ptau.alpha_g1().tobytes())
         self.beta1 = g1_from_bytes(curve, ptau.beta_g1().tobytes())
         self.beta2 = g2_from_bytes(curve, ptau.beta_g2().tobytes())
