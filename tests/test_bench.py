@@ -237,3 +237,24 @@ def test_bench_refuses_options_that_do_not_apply_when_attached(tmp_path, capsys)
 def test_bench_reports_an_absent_daemon_clearly(tmp_path, capsys):
     assert cli_main(["bench", "--addr", f"unix:{tmp_path}/none.sock", "--out", str(tmp_path), "--no-progress"]) == 1
     assert "no cuzk daemon answers" in capsys.readouterr().err
+
+
+@pytest.mark.cgroup
+def test_memory_limit_runs_the_daemon_in_a_cgroup_of_its_own(tmp_path, capsys):
+    from cuzk.memory.cgroup import ChildCgroup
+    from cuzk.memory.limits import CgroupError
+    from cuzk.memory.units import GiB
+
+    try:
+        ChildCgroup.create(GiB, prefix="cuzk-test-probe-").close()
+    except (CgroupError, PermissionError) as exc:
+        pytest.skip(f"no writable memory cgroup: {exc}")
+    out = tmp_path / "out"
+    assert cli_main(["bench", "--memory-limit", "3GiB", "--jobs", "2", "--out", str(out), "--engine", "backend=cpu",
+                     "--sample-interval", "0.1", "--json", "--no-progress", "--no-plot", "--timeout", "300"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    mem = report["memory"]
+    assert "cgroup" in mem["limit_source"] and mem["limit_at_peak_bytes"] == 3 * GiB
+    # The engine saw the same limit: its budget is what is left of it after the margin.
+    assert mem["budget_at_peak_bytes"] < 3 * GiB and mem["peak_kernel_charged_bytes"] < 3 * GiB
+    assert report["jobs"]["done"] == 2

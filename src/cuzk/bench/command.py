@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from ..memory.units import parse_size
+    from .daemon import DaemonStartError
     from .report import render
     from .runner import BenchOptions, BenchRun
     from .workload import circuits_from_args
@@ -78,6 +80,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     run.on_progress = progress.update if progress else None
     try:
         report = run.run()
+    except DaemonStartError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     finally:
         if progress is not None:
             progress.close()

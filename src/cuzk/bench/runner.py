@@ -200,11 +200,15 @@ class BenchRun:
 
         with ThreadPoolExecutor(concurrency, thread_name_prefix="cuzk-bench-job") as pool:
             futures = [pool.submit(worker) for _ in range(concurrency)]
-            while not all(f.done() for f in futures):
-                self._check_abort()
-                if self.on_progress is not None:
-                    self.on_progress(self)
-                time.sleep(0.1)
+            try:
+                while not all(f.done() for f in futures):
+                    self._check_abort()
+                    if self.on_progress is not None:
+                        self.on_progress(self)
+                    time.sleep(0.1)
+            except BaseException:  # Ctrl-C: the workers stop within one await slice, then the daemon is stopped
+                self.abort_reason = self.abort_reason or "interrupted"
+                raise
             for f in futures:
                 f.result()
         if self.on_progress is not None:
