@@ -42,6 +42,7 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.patches import Patch
 
     samples = run.sampler.samples
     jobs = report["job_records"]
@@ -77,33 +78,36 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
         x = event["died_at"] - run.started_wall
         for a in (ax, axj):
             a.axvline(x, color="#d7191c", lw=1.5)
-        ax.annotate("OOM kill" if event["oom_kill"] else "engine died", (x, ax.get_ylim()[1] * 0.95), color="#d7191c",
-                    xytext=(3, 0), textcoords="offset points", va="top")
+        ax.text(x, 0.98, " OOM kill" if event["oom_kill"] else " engine died", transform=ax.get_xaxis_transform(),
+                color="#d7191c", va="top")
     measure_start = report["timeline"]["measure_started_t_s"]
     if measure_start:
         for a in (ax, axj):
             a.axvline(measure_start, color="grey", lw=1, ls=":")
-        ax.annotate("measured →", (measure_start, 0), xytext=(3, 3), textcoords="offset points", color="grey")
     ax.set_ylabel(unit_name)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.08)
+    if measure_start:
+        ax.text(measure_start, 0.98, " measured →", transform=ax.get_xaxis_transform(), color="grey", va="top")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8, ncol=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     rate = report["proofs_per_s"]
     ax.set_title(f"cuzk bench: {', '.join(c['name'] for c in report['workload']['circuits'])} — {report['jobs']['done']} proofs"
-                 + ("" if rate is None else f", {rate:.2f} proofs/s") + f", {report['oom']['recoveries']} OOM recoveries")
+                 + ("" if rate is None else f", {rate:.2f} proofs/s") + f", OOM recoveries: {report['oom']['recoveries']}")
 
     seen: set[str] = set()
     for row, job in enumerate(jobs):
         for phase, start, end in _segments(job):
-            label = None if phase in seen else phase.replace("_", " ")
             seen.add(phase)
             axj.barh(row, end - start, left=start, color=PHASE_COLOURS[phase], alpha=0.45 if job["warmup"] else 1.0,
-                     edgecolor="none", height=0.8, label=label)
+                     edgecolor="none", height=0.8)
     axj.set_ylabel("job")
     axj.set_xlabel("seconds since the run began")
     axj.invert_yaxis()
     axj.grid(axis="x", alpha=0.3)
     if seen:
-        axj.legend(loc="lower right", fontsize=8, ncol=5)
+        handles = [Patch(color=c, label=p.replace("_", " ")) for p, c in PHASE_COLOURS.items() if p in seen]
+        if any(j["warmup"] for j in jobs):
+            handles.append(Patch(color=PHASE_COLOURS["prove"], alpha=0.45, label="(warm-up: paler)"))
+        axj.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.savefig(path, dpi=100)
     plt.close(fig)
