@@ -305,12 +305,9 @@ class _FromPtau(_Sections):
         self.k_cols = _merge_columns([(a, 2 * n), (b, n), (c, 0)], r1cs.n_wires)
         self._clock = time.perf_counter()
 
-    def _combine(self, points: np.ndarray, cols: Columns, lo: int, hi: int, scale: int | None = None) -> np.ndarray:
+    def _combine(self, points: np.ndarray, cols: Columns, lo: int, hi: int) -> np.ndarray:
         s, e = cols.indptr[lo], cols.indptr[hi]
-        coeffs = cols.coeffs[s:e]
-        if scale is not None:
-            coeffs = _scaled(self.curve, coeffs, scale, False)
-        return sparse_combinations(self.curve, points, cols.indptr[lo : hi + 1] - s, cols.rows[s:e], coeffs)
+        return sparse_combinations(self.curve, points, cols.indptr[lo : hi + 1] - s, cols.rows[s:e], cols.coeffs[s:e])
 
     def ic(self):
         return _chunks(lambda lo, hi: self._combine(self.abc_g1, self.k_cols, lo, hi), self.n_public + 1, self._lap("ic"))
@@ -324,19 +321,21 @@ class _FromPtau(_Sections):
     def b2(self):
         return _chunks(lambda lo, hi: self._combine(self.tau_g2, self.cols[1], lo, hi), self.r1cs.n_wires, self._lap("b2"))
 
+    def _over_delta(self, points: np.ndarray) -> np.ndarray:
+        """points/δ: each point times δ⁻¹ (a one-term sparse combination)."""
+        n = points.shape[0]
+        d_inv = ints_to_limbs([pow(self.delta, -1, self.curve.r)], self.curve.Fr.limbs32)
+        coeffs = np.ascontiguousarray(np.broadcast_to(d_inv, (n, d_inv.shape[1])))
+        return sparse_combinations(self.curve, points, np.arange(n + 1), np.arange(n), coeffs)
+
     def c(self):
-        d_inv = pow(self.delta, -1, self.curve.r)
+        # Combining first and scaling once costs one full-size multiplication per wire;
+        # folding δ⁻¹ into the coefficients would make every term full-size.
         first = self.n_public + 1
-        return _chunks(lambda lo, hi: self._combine(self.abc_g1, self.k_cols, first + lo, first + hi, d_inv), self.r1cs.n_wires - first, self._lap("c"))
+        return _chunks(lambda lo, hi: self._over_delta(self._combine(self.abc_g1, self.k_cols, first + lo, first + hi)), self.r1cs.n_wires - first, self._lap("c"))
 
     def h(self):
-        d_inv = ints_to_limbs([pow(self.delta, -1, self.curve.r)], self.curve.Fr.limbs32)
-
-        def compute(lo: int, hi: int) -> np.ndarray:
-            coeffs = np.ascontiguousarray(np.broadcast_to(d_inv, (hi - lo, d_inv.shape[1])))
-            return sparse_combinations(self.curve, self.h_basis[lo:hi], np.arange(hi - lo + 1), np.arange(hi - lo), coeffs)
-
-        return _chunks(compute, 1 << self.log_n, self._lap("h"))
+        return _chunks(lambda lo, hi: self._over_delta(np.ascontiguousarray(self.h_basis[lo:hi])), 1 << self.log_n, self._lap("h"))
 
 
 def _merge_columns(parts: list[tuple[Columns, int]], n_wires: int) -> Columns:
