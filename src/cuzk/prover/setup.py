@@ -26,10 +26,10 @@ Two sources of τ, α, β:
   The points are then g·scalar with known scalars: fixed-base multiplications from one
   precomputed table per group, which is what makes a 2^20 key take minutes.
 
-Section 10 records one contribution (δ·G1, a proof-of-knowledge pair for δ, a name). Its
-circuit hash is left zero and the pair's G2 half is not snarkjs's hash-to-curve, so
-``snarkjs zkey verify`` does not accept these keys; snarkjs proves with them and exports
-their verification key.
+Section 10 records one contribution in snarkjs's layout (δ·G1 and a name that says where
+the secrets came from). Its circuit hash is left zero and its proof-of-knowledge fields
+are placeholders (see ``_contribution``), so ``snarkjs zkey verify`` does not accept these
+keys; snarkjs proves with them and exports their verification key.
 """
 
 from __future__ import annotations
@@ -364,7 +364,14 @@ def _uncompressed(curve: Curve, P: Point, group: int) -> bytes:
 
 
 def _contribution(curve: Curve, delta: int, name: str, cs_hash: bytes) -> ZKeyContribution:
-    """δ's record: δ·G1 and a proof of knowledge of δ (s·G1, δ·s·G1, δ·g2_sp) bound to a transcript."""
+    """δ's record in snarkjs's layout: δ·G1, a name, and a well-formed but empty proof-of-knowledge.
+
+    snarkjs's proof of knowledge pairs (s·G1, δ·s·G1) with δ·g2_sp, g2_sp hashed to G2
+    from the transcript by its own ChaCha-based map. cuzk does not reproduce that map: its
+    g2_sp is the transcript's integer times G2, a point whose discrete log is public, so the
+    pair passes the pairing check yet proves nothing. Hence the module note: ``snarkjs zkey
+    verify`` cannot vouch for these keys.
+    """
     G1, G2 = curve.G1, curve.G2
     g1_s = G1.mul(G1.generator, _random_scalar(curve))
     g1_sx = G1.mul(g1_s, delta)
