@@ -406,11 +406,11 @@ def setup(
         name = name or TEST_ONLY_NAME
         test_only = True
     else:
-        ceremony = read_ptau(ptau)
-        if ceremony.curve.r != curve.r:
-            raise SetupError(f"{ptau}: the ceremony is for {ceremony.curve.name} but {r1cs.path} is a {curve.name} circuit")
-        ceremony.require_domain(log_n)
-        sections = _FromPtau(r1cs, log_n, ceremony, timings)
+        with read_ptau(ptau) as ceremony:  # the point views outlive the file handle
+            if ceremony.curve.r != curve.r:
+                raise SetupError(f"{ptau}: the ceremony is for {ceremony.curve.name} but {r1cs.path} is a {curve.name} circuit")
+            ceremony.require_domain(log_n)
+            sections = _FromPtau(r1cs, log_n, ceremony, timings)
         name = name or f"cuzk setup from {Path(ptau).name}"
         test_only = False
 
