@@ -266,11 +266,11 @@ def test_msm_split_into_chunks_when_vram_budget_is_small(kind, group):
     backend = make_backend(kind, vram_budget=VramBudget(250_000 if group == "g1" else 500_000), min_msm_chunk=8)
     rng = random.Random(3)
     G = group_of(curve, group)
-    points = random_points(curve, group, 200, rng)
+    points = multiples(G, G.generator, 1, 200)
     scalars = [rng.randrange(curve.r) for _ in range(200)]
     assert 8 <= backend.msm_plan(curve, group, 200) < 200
     got = msm(backend, curve, group, bases_array(curve, group, points), ints_to_limbs(scalars, 8))
-    assert G.eq(got, G.msm(points, scalars))
+    assert G.eq(got, G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r))
     assert backend.vram.reserved_bytes == 0
     tiny = make_backend(kind, vram_budget=VramBudget(1000), min_msm_chunk=8)
     with pytest.raises(VramExhaustedError, match="too little"):
@@ -296,6 +296,26 @@ def test_resident_bases_give_the_same_result_and_hold_budget(kind):
     small = make_backend(kind, vram_budget=VramBudget(host.nbytes - 1))
     with pytest.raises(VramExhaustedError, match="bases"):
         small.upload_bases(curve, "g2", host)
+
+
+def test_upload_key_makes_every_msm_base_resident(kind):
+    from conftest import corpus_dir
+    from cuzk.formats.zkey import read_zkey
+
+    zkey = read_zkey(corpus_dir("toy_multiplier") / "circuit.zkey")
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 26))
+    resident = backend.upload_key(zkey)
+    names = ("a", "b1", "b2", "c", "h")
+    assert backend.vram.reserved_bytes == sum(getattr(zkey, name).nbytes for name in names)
+    w = ints_to_limbs([3] * zkey.n_vars, 8)
+    assert BN254.G1.eq(backend.msm_g1(BN254, resident.a, w), backend.msm_g1(BN254, zkey.a, w))
+    assert resident.coeffs is zkey.coeffs and resident.n_vars == zkey.n_vars
+    backend.free_key(resident)
+    assert backend.vram.reserved_bytes == 0
+    small = make_backend(kind, vram_budget=VramBudget(zkey.a.nbytes + 1))
+    with pytest.raises(VramExhaustedError):
+        small.upload_key(zkey)
+    assert small.vram.reserved_bytes == 0
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -369,3 +389,22 @@ def test_gpu_device_arrays_stay_on_the_device(gpu_backend):
     assert isinstance(out, cupy.ndarray)
     assert isinstance(gpu_backend.fr_mul(curve, out, out), cupy.ndarray)
     assert np.array_equal(gpu_backend.intt(curve, out).get(), rows.get())
+
+
+@pytest.mark.gpu
+def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
+    """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed)."""
+    from conftest import snarkjs_available, snarkjs_verify
+    from cuzk.formats.json_io import write_proof, write_public
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.formats.zkey import read_zkey
+    from cuzk.prover.groth16 import prove
+    from cuzk.prover.verify import verify, vkey_from_zkey
+
+    zkey = read_zkey(corpus_circuit / "circuit.zkey")
+    proof = prove(gpu_backend, zkey, read_wtns(corpus_circuit / "witness.wtns"))
+    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+    if snarkjs_available():
+        write_proof(tmp_path / "proof.json", proof)
+        write_public(tmp_path / "public.json", proof.public_signals)
+        assert snarkjs_verify(corpus_circuit / "verification_key.json", tmp_path / "public.json", tmp_path / "proof.json")

@@ -8,6 +8,7 @@ emulation runtime (modules.HostRuntime), which is how it is tested without a GPU
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 
@@ -25,6 +26,7 @@ NO_KEY = 0xFFFFFFFF
 SCALAR_LIMBS = 8
 PARTIAL_CHUNK = 8  # entries per thread when re-summing partial bucket sums
 MIN_MSM_CHUNK = 1 << 12
+KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))  # a zkey's MSM bases
 
 
 class CudaInputError(ValueError):
@@ -92,6 +94,8 @@ class CudaBackend:
             vram_budget = VramBudget.from_free_memory(free, device)
         self.vram = vram_budget
         self._lock = threading.Lock()
+        self.phase_log: list[tuple[str, float]] | None = None  # set to [] to record MSM phase times (ms)
+        self._marks: list[tuple[str, object]] = []
         self._twiddles: dict[str, tuple[int, object, object, VramReservation]] = {}
         self._coset_tables: dict[tuple[str, int], tuple[int, object, object, VramReservation]] = {}
 
@@ -115,9 +119,21 @@ class CudaBackend:
 
         return self.runtime.to_device(ints_to_limbs(values, curve.Fr.limbs32))
 
+    def _phase(self, label: str) -> None:
+        """Record the end of an MSM phase when phase_log is on (costs one event per phase)."""
+        if self.phase_log is not None:
+            if label == "start":
+                self._marks.clear()
+            self._marks.append((label, self.runtime.mark()))
+
+    def _flush_phases(self) -> None:
+        for (_, a), (label, b) in zip(self._marks, self._marks[1:]):
+            self.phase_log.append((label, self.runtime.elapsed_ms(a, b)))
+        self._marks.clear()
+
     @staticmethod
     def _grid(n: int) -> int:
-        return max(1, min(-(-n // THREADS), 1 << 20))
+        return max(1, -(-n // THREADS))
 
     # ---------------------------------------------------------------- Fr vectors
     def _elementwise(self, curve: Curve, op: int, a, b=None):
@@ -265,6 +281,30 @@ class CudaBackend:
             raise
         return DeviceBases(curve, group, points, reservation)
 
+    def upload_key(self, zkey):
+        """A copy of ``zkey`` whose MSM bases (A, B1, B2, C, H) are resident in VRAM.
+
+        The prover takes it in place of the host key, so repeated proofs of one circuit
+        upload only their witness. All or nothing: on VramExhaustedError nothing stays
+        reserved. Give the memory back with ``free_key``.
+        """
+        uploaded: dict[str, DeviceBases] = {}
+        try:
+            for name, group in KEY_BASES:
+                uploaded[name] = self.upload_bases(zkey.curve, group, getattr(zkey, name))
+        except BaseException:
+            for bases in uploaded.values():
+                bases.free()
+            raise
+        return dataclasses.replace(zkey, **uploaded)
+
+    @staticmethod
+    def free_key(key) -> None:
+        for name, _ in KEY_BASES:
+            bases = getattr(key, name)
+            if isinstance(bases, DeviceBases):
+                bases.free()
+
     def msm_g1(self, curve: Curve, bases, scalars) -> Point:
         return self._msm(curve, "g1", bases, scalars)
 
@@ -343,6 +383,7 @@ class CudaBackend:
         keys_total = windows * buckets
         sum_words = 2 * self._point_words(curve, group)
 
+        self._phase("start")
         counts = xp.zeros(keys_total, dtype=np.uint32)
         first_bad = xp.full(1, 0xFFFFFFFF, dtype=np.uint32)
         grid = -(-n // THREADS)
@@ -353,6 +394,7 @@ class CudaBackend:
             raise ScalarOutOfRangeError(offset + bad, curve)
         count = int(ends[-1])
         if count == 0:
+            self._marks.clear()
             return None
         cursor = ends - counts
         del counts, ends
@@ -360,6 +402,7 @@ class CudaBackend:
         keys = xp.empty(count, dtype=np.uint32)
         rt.launch(mod, "msm_scatter", grid, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), cursor, entries, keys))
         del cursor
+        self._phase("sort")
 
         sums = xp.zeros((keys_total, sum_words), dtype=np.uint32)
         chunk_len = max(8, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
@@ -369,6 +412,7 @@ class CudaBackend:
         rt.launch(mod, "msm_accumulate_bases", self._grid(chunks), THREADS,
                   (keys, entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
         del entries, keys
+        self._phase("accumulate")
         while True:
             live = xp.flatnonzero(partial_keys != NO_KEY)
             remaining = int(live.shape[0])
@@ -381,6 +425,7 @@ class CudaBackend:
             rt.launch(mod, "msm_accumulate_partials", self._grid(chunks), THREADS,
                       (keys, points_in, np.uint64(remaining), np.uint32(PARTIAL_CHUNK), sums, partial_keys, partial_sums))
         del partial_keys, partial_sums
+        self._phase("partials")
 
         log_b = c - 1
         log_g = min(log_b, max(4, (keys_total >> 16).bit_length() - 1))
@@ -396,8 +441,12 @@ class CudaBackend:
             rt.launch(mod, "msm_sum_runs", self._grid(windows * per_window), THREADS,
                       (segments, np.uint64(windows * per_window), np.uint32(run), reduced))
             segments = reduced
+        self._phase("windows")
         result = xp.empty((1, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_horner", 1, 32, (segments, np.uint32(windows), np.uint32(c), result))
+        self._phase("horner")
+        if self.phase_log is not None:
+            self._flush_phases()
         return xyzz_to_affine(curve, group, rt.to_host(result)[0])
 
 

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from functools import cache
 from pathlib import Path
 
@@ -46,12 +47,8 @@ def _inline(name: str, seen: set[str]) -> str:
     return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
 
 
-def module_source(curve: Curve, kind: str, appendix: str = "") -> str:
-    """Full source of module ``kind`` ("ntt", "msm_g1", "msm_g2") for ``curve``.
-
-    ``appendix`` is CUDA code appended after the module's kernels (the benchmarks add
-    input generators that way, reusing the field and point types).
-    """
+def module_source(curve: Curve, kind: str) -> str:
+    """Full source of module ``kind`` ("ntt", "msm_g1", "msm_g2") for ``curve``."""
     if kind == "ntt":
         file, prelude = "ntt.cu", ntt_prelude(curve)
     elif kind in ("msm_g1", "msm_g2"):
@@ -59,7 +56,17 @@ def module_source(curve: Curve, kind: str, appendix: str = "") -> str:
     else:
         raise ValueError(f"unknown kernel module {kind!r}")
     seen: set[str] = set()
-    return _inline("common.cuh", seen) + prelude + _inline(file, seen) + appendix
+    return _inline("common.cuh", seen) + prelude + _inline(file, seen)
+
+
+def group_source(curve: Curve, group: str, body: str) -> str:
+    """``body`` (CUDA kernels) compiled with one group's field and point types (group.cuh).
+
+    For code outside the package that works on points with the same arithmetic, e.g. the
+    benchmark's input generator.
+    """
+    seen: set[str] = set()
+    return _inline("common.cuh", seen) + msm_prelude(curve, group) + _inline("group.cuh", seen) + body
 
 
 def source_digest(source: str) -> str:
@@ -146,6 +153,17 @@ class CupyRuntime:
     def synchronize(self) -> None:
         self.device.synchronize()
 
+    def mark(self):
+        """A point in the device's stream of work (for phase timings)."""
+        with self.device:
+            event = self.xp.cuda.Event()
+            event.record()
+        return event
+
+    def elapsed_ms(self, start, stop) -> float:
+        stop.synchronize()
+        return self.xp.cuda.get_elapsed_time(start, stop)
+
     def memory_info(self) -> tuple[int, int]:
         """(free, total) bytes on the device, as cudaMemGetInfo reports them."""
         with self.device:
@@ -229,6 +247,14 @@ class HostRuntime:
 
     def synchronize(self) -> None:
         pass
+
+    @staticmethod
+    def mark() -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def elapsed_ms(start: float, stop: float) -> float:
+        return (stop - start) * 1e3
 
     def memory_info(self) -> tuple[int, int]:
         """The emulation pretends to have a small device, so chunking paths run in tests."""

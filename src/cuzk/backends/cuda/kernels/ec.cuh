@@ -27,8 +27,9 @@ struct XYZZ {
     }
     CUZK_HD bool is_infinity() const { return zz.is_zero(); }
 
-    // 2·(x, y) for an affine point (mdbl-2008-s-1).
-    CUZK_HD static XYZZ dbl_affine(const F& x1, const F& y1) {
+    // 2·(x, y) for an affine point (mdbl-2008-s-1). Out of line, like `doubled`: additions
+    // reach it only in their exceptional case, and inlining it there doubles their code.
+    CUZK_OUTLINE static XYZZ dbl_affine(const F& x1, const F& y1) {
         if (y1.is_zero()) return infinity();
         const F u = y1.dbl();
         const F v = u.sqr();
@@ -42,17 +43,18 @@ struct XYZZ {
     }
 
     // 2·this (dbl-2008-s-1).
-    CUZK_HD XYZZ dbl() const {
-        if (is_infinity() || y.is_zero()) return infinity();
-        const F u = y.dbl();
+    CUZK_HD XYZZ dbl() const { return doubled(*this); }
+    CUZK_OUTLINE static XYZZ doubled(const XYZZ& p) {
+        if (p.is_infinity() || p.y.is_zero()) return infinity();
+        const F u = p.y.dbl();
         const F v = u.sqr();
         const F w = u * v;
-        const F s = x * v;
-        const F x2 = x.sqr();
+        const F s = p.x * v;
+        const F x2 = p.x.sqr();
         const F m = x2.dbl() + x2;
         const F x3 = m.sqr() - s.dbl();
-        const F y3 = m * (s - x3) - w * y;
-        return {x3, y3, v * zz, w * zzz};
+        const F y3 = m * (s - x3) - w * p.y;
+        return {x3, y3, v * p.zz, w * p.zzz};
     }
 
     // this + (x2, y2) for a finite affine point (madd-2008-s).

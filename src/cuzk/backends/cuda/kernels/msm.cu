@@ -16,16 +16,7 @@
 // 3. msm_window_segments + msm_sum_runs: each window's sum Σ_b b·S_b, by running sums
 //    over segments of buckets, the segments combined in parallel.
 // 4. msm_horner: Σ_w 2^(c·w)·W_w.
-#include "ec.cuh"
-
-typedef Fp<FqParams> Fq;
-#ifdef CUZK_G2
-typedef Fp2<Fq> F;
-#else
-typedef Fq F;
-#endif
-typedef Affine<F> Point;
-typedef XYZZ<F> Sum;
+#include "group.cuh"
 
 #define SCALAR_LIMBS 8
 #define NO_KEY 0xFFFFFFFFu

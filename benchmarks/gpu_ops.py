@@ -1,0 +1,302 @@
+"""Time the CUDA backend's NTT and MSM (G1, G2) on both curves, and full corpus proofs.
+
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py [--sizes 16,20,22,24] [--cpu-max-log 20]
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --prebuild DIR   # nvcc-build the cubins (no GPU needed)
+
+Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
+bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
+MSM module, reusing its field and point types), scalars uniform below 2^253. Every MSM
+result is checked against the closed form (a·Σ i·s_i + b·Σ s_i)·G; every NTT is checked by
+its inverse. Times are medians of CUDA-event-timed runs after a warm-up; MSM bases are
+resident (uploaded once, as the key manager keeps them), scalars already on the device.
+Where the CPU backend is importable, it runs on the same inputs up to 2^cpu-max-log and
+the ratio is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from cuzk.backends.cuda import CudaBackend, window_bits
+from cuzk.backends.cuda.modules import PREBUILT_ENV, group_source, module_source, prebuild
+from cuzk.curves import BLS12_381, BN254, curve_by_name
+
+GENERATOR_KERNEL = r"""
+// Benchmark inputs: out[i] = affine(B + i·A), 64 consecutive points per thread.
+// x^(p-2) with out-of-line products: inlined, this loop takes NVVM minutes to compile.
+CUZK_HD Fq bench_inverse(const Fq& x) {
+    Fq r = Fq::one();
+    for (int i = Fq::N - 1; i >= 0; i--) {
+        const u32 e = FqParams::p(i) - (i == 0 ? 2u : 0u);
+        for (int b = 31; b >= 0; b--) {
+            r = Fq::mul_outlined(r, r);
+            if ((e >> b) & 1) r = Fq::mul_outlined(r, x);
+        }
+    }
+    return r;
+}
+CUZK_HD Fp2<Fq> bench_inverse(const Fp2<Fq>& x) {
+    const Fq t = bench_inverse(x.c0.sqr() + x.c1.sqr());
+    return {x.c0 * t, -(x.c1 * t)};
+}
+CUZK_KERNEL void bench_progression(const Point* a, const Point* b, u64 n, Point* out) {
+    CUZK_THREADS(tid) {
+        const u64 first = CUZK_GLOBAL_INDEX(tid) * 64;
+        if (first >= n) continue;
+        Sum acc = Sum::from_affine(a[0]).mul_small((u32)first).add(Sum::from_affine(b[0]));
+        for (u64 i = first; i < n && i < first + 64; i++) {
+            const F inv = bench_inverse(acc.zz * acc.zzz);  // 1/ZZ = inv·ZZZ, 1/ZZZ = inv·ZZ
+            Point p;
+            p.x = acc.x * (inv * acc.zzz);
+            p.y = acc.y * (inv * acc.zz);
+            out[i] = p;
+            acc = acc.add_affine(a[0].x, a[0].y);
+        }
+    }
+}
+"""
+
+CURVES = {"bn254": BN254, "bls12_381": BLS12_381}
+
+
+def point_rows(curve, group, P) -> np.ndarray:
+    from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
+
+    raw = (g1_to_bytes if group == "g1" else g2_to_bytes)(curve, P)
+    return np.frombuffer(raw, dtype="<u4").reshape(1, -1).copy()
+
+
+def random_scalars(n: int, rng) -> np.ndarray:
+    s = rng.integers(0, 2**32, size=(n, 8), dtype=np.uint64).astype(np.uint32)
+    s[:, 7] &= 0x1FFFFFFF  # below 2^253 < r on both curves
+    return s
+
+
+def scalar_sums(scalars: np.ndarray, r: int) -> tuple[int, int]:
+    """(Σ s_i, Σ i·s_i) mod r, exactly, with numpy: 16-bit halves keep every partial sum below 2^64."""
+    idx = np.arange(scalars.shape[0], dtype=np.uint64)
+    s0 = s1 = 0
+    for limb in range(8):
+        for half in range(2):
+            h = (scalars[:, limb].astype(np.uint64) >> np.uint64(16 * half)) & np.uint64(0xFFFF)
+            weight = 1 << (32 * limb + 16 * half)
+            s0 += weight * int(h.sum())
+            s1 += weight * int((idx * h).sum())
+    return s0 % r, s1 % r
+
+
+class Timer:
+    def __init__(self, backend: CudaBackend):
+        self.backend = backend
+
+    def __call__(self, fn, repeat: int) -> tuple[float, object]:
+        import cupy
+
+        out = fn()  # warm-up: compiles, builds twiddle tables
+        self.backend.runtime.synchronize()
+        times = []
+        for _ in range(repeat):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            out = fn()
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        return statistics.median(times), out
+
+
+def cpu_backend():
+    try:
+        from cuzk.backends import get_backend
+
+        return get_backend("cpu")
+    except Exception as exc:  # the CPU backend may not exist or may fail to import here
+        print(f"(no CPU backend for comparison: {exc})", file=sys.stderr)
+        return None
+
+
+def host_time(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows):
+    import cupy
+
+    n = 1 << log_n
+    host = random_scalars(n, rng)
+    host[:, 7] &= 0x0FFFFFFF
+    data = cupy.asarray(host)
+    repeat = 5 if log_n <= 20 else 3
+    t_ntt, fwd = timer(lambda: backend.ntt(curve, data), repeat)
+    t_intt, back = timer(lambda: backend.intt(curve, fwd), repeat)
+    t_coset, _ = timer(lambda: backend.coset_ntt(curve, data, curve.fr_root_of_unity(log_n + 1)), repeat)
+    ok = bool(cupy.array_equal(back, data))
+    row = {"op": "ntt", "curve": curve.name, "log_n": log_n, "ntt_ms": t_ntt, "intt_ms": t_intt, "coset_ntt_ms": t_coset, "ok": ok}
+    if cpu is not None and log_n <= cpu_max_log:
+        row["cpu_ntt_ms"] = host_time(lambda: cpu.ntt(curve, host), 1)
+        row["cpu_ratio"] = row["cpu_ntt_ms"] / t_ntt
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows):
+    import cupy
+
+    n = 1 << log_n
+    G = curve.G1 if group == "g1" else curve.G2
+    a, b = (int(x) for x in rng.integers(1, 2**62, size=2))
+    A, B = G.mul(G.generator, a), G.mul(G.generator, b)
+    module = backend.runtime.compile(group_source(curve, group, GENERATOR_KERNEL))
+    words = 2 * curve.Fq.limbs32 * (2 if group == "g2" else 1)
+    t = time.perf_counter()
+    bases = cupy.empty((n, words), dtype=np.uint32)
+    backend.runtime.launch(module, "bench_progression", -(-n // 64 // 128), 128,
+                           (cupy.asarray(point_rows(curve, group, A)), cupy.asarray(point_rows(curve, group, B)), np.uint64(n), bases))
+    backend.runtime.synchronize()
+    gen_s = time.perf_counter() - t
+    shape = (n, 2, curve.Fq.limbs32) if group == "g1" else (n, 2, 2, curve.Fq.limbs32)
+    resident = backend.upload_bases(curve, group, bases.reshape(shape))
+    scalars_host = random_scalars(n, rng)
+    scalars = cupy.asarray(scalars_host)
+    fn = backend.msm_g1 if group == "g1" else backend.msm_g2
+    repeat = 5 if log_n <= 20 else 3
+    t_msm, got = timer(lambda: fn(curve, resident, scalars), repeat)
+    s0, s1 = scalar_sums(scalars_host, curve.r)
+    expected = G.mul(G.generator, (a * s1 + b * s0) % curve.r)
+    row = {"op": f"msm_{group}", "curve": curve.name, "log_n": log_n, "ms": t_msm, "ok": G.eq(got, expected),
+           "window_bits": window_bits(n, curve.r.bit_length()),
+           "gen_bases_s": round(gen_s, 3)}
+    t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
+    row["ms_scalars_from_host"] = t_host
+    backend.phase_log = []
+    fn(curve, resident, scalars)
+    row["phases_ms"] = {label: round(ms, 3) for label, ms in backend.phase_log}
+    backend.phase_log = None
+    if cpu is not None and log_n <= cpu_max_log:
+        host_bases = cupy.asnumpy(bases).reshape(shape)
+        cpu_fn = cpu.msm_g1 if group == "g1" else cpu.msm_g2
+        row["cpu_ms"] = host_time(lambda: cpu_fn(curve, host_bases, scalars_host), 1)
+        row["cpu_ratio"] = row["cpu_ms"] / t_msm
+    resident.free()
+    del bases, scalars
+    backend.runtime.free_cached()
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def bench_proofs(backend, corpus: Path, cpu, rows, proofs_out):
+    for d in sorted(p for p in corpus.iterdir() if (p / "circuit.zkey").exists()):
+        try:
+            bench_proof(backend, d, cpu, rows, proofs_out)
+        except Exception as exc:  # report and go on to the next circuit
+            print(json.dumps({"op": "proof", "circuit": d.name, "error": repr(exc)}), flush=True)
+
+
+def bench_proof(backend, d: Path, cpu, rows, proofs_out):
+    from cuzk.formats.json_io import proof_to_json, public_to_json
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.formats.zkey import read_zkey
+    from cuzk.prover.groth16 import prove
+
+    zkey, wtns = read_zkey(d / "circuit.zkey"), read_wtns(d / "witness.wtns")
+    prove(backend, zkey, wtns)  # warm-up (compiles, twiddles)
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        proof = prove(backend, zkey, wtns)
+        times.append((time.perf_counter() - t) * 1e3)
+    row = {"op": "proof", "circuit": d.name, "curve": zkey.curve.name, "domain": zkey.domain_size,
+           "ms": statistics.median(times), "phases_ms": {k: round(v * 1e3, 2) for k, v in proof.timings.items()}}
+    resident = backend.upload_key(zkey)
+    try:
+        row["ms_key_resident"] = host_time(lambda: prove(backend, resident, wtns), 3)
+    finally:
+        backend.free_key(resident)
+    if cpu is not None:
+        row["cpu_ms"] = host_time(lambda: prove(cpu, zkey, wtns), 1)
+        row["cpu_ratio"] = row["cpu_ms"] / row["ms"]
+    proofs_out[d.name] = {"proof": json.loads(proof_to_json(proof)), "public": json.loads(public_to_json(proof.public_signals))}
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="16,20,22,24", help="log2 sizes (default 16,20,22,24)")
+    ap.add_argument("--curves", default="bn254,bls12_381")
+    ap.add_argument("--ops", default="ntt,msm_g1,msm_g2")
+    ap.add_argument("--cpu-max-log", type=int, default=-1,
+                    help="also time the CPU backend up to this log size (and on the corpus proofs); off by default")
+    ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
+    ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
+    ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
+    args = ap.parse_args(argv)
+    curves = [CURVES.get(c) or curve_by_name(c) for c in args.curves.split(",")]
+
+    if args.prebuild:
+        for curve in curves:
+            sources = {kind: module_source(curve, kind) for kind in ("ntt", "msm_g1", "msm_g2")}
+            sources.update({f"bench_{g}": group_source(curve, g, GENERATOR_KERNEL) for g in ("g1", "g2")})
+            for kind, source in sources.items():
+                t = time.perf_counter()
+                path = prebuild(source, args.prebuild)
+                print(f"{curve.name} {kind}: {path.name} ({time.perf_counter() - t:.1f} s)", flush=True)
+        return 0
+
+    import cupy
+
+    backend = CudaBackend()
+    print(f"device: {backend.runtime.device_name}, {backend.runtime.multiprocessors} SMs, VRAM budget "
+          f"{backend.vram.total_bytes / 2**30:.1f} GiB, prebuilt cubins: {os.environ.get(PREBUILT_ENV) or 'no'}", flush=True)
+    t = time.perf_counter()
+    for curve in curves:
+        for kind in ("ntt", "msm_g1", "msm_g2"):
+            backend.runtime.module(curve, kind)
+    print(f"modules loaded in {time.perf_counter() - t:.1f} s", flush=True)
+    cpu = cpu_backend() if args.cpu_max_log >= 0 else None
+    timer = Timer(backend)
+    rng = np.random.default_rng(12345)
+    rows: list[dict] = []
+    proofs: dict = {}
+    ops = args.ops.split(",")
+    for curve in curves:
+        for log_n in (int(s) for s in args.sizes.split(",")):
+            if "ntt" in ops:
+                bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows)
+            for group in ("g1", "g2"):
+                if f"msm_{group}" in ops:
+                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows)
+    if args.proofs:
+        bench_proofs(backend, args.proofs, cpu, rows, proofs)
+    if args.out:
+        args.out.write_text(json.dumps({"rows": rows, "proofs": proofs}, indent=1))
+
+    print("\ncurve      op       log_n    GPU ms   (intt / coset)      CPU ms   ratio  ok")
+    for r in rows:
+        if r["op"] == "proof":
+            print(f"{r['curve']:10s} proof    {r['circuit'][:14]:14s} {r['ms']:9.2f} {'':20s} {r.get('cpu_ms', float('nan')):9.1f} {r.get('cpu_ratio', float('nan')):6.1f}")
+            continue
+        ms = r.get("ntt_ms", r.get("ms"))
+        extra = f"({r['intt_ms']:.2f} / {r['coset_ntt_ms']:.2f})" if r["op"] == "ntt" else f"(host s: {r['ms_scalars_from_host']:.2f})"
+        cpu_ms = r.get("cpu_ntt_ms", r.get("cpu_ms", float("nan")))
+        print(f"{r['curve']:10s} {r['op']:8s} {r['log_n']:5d} {ms:9.2f}   {extra:20s} {cpu_ms:9.1f} {r.get('cpu_ratio', float('nan')):6.1f}  {r['ok']}")
+    bad = [r for r in rows if r.get("ok") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
