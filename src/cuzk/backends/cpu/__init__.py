@@ -1,1 +1,60 @@
+"""The CPU backend: numpy + numba kernels (JIT, cached on disk), parallel over cores."""
 
+from __future__ import annotations
+
+import numpy as np
+
+from ...curves import Curve
+from ...curves.ec import Point
+from . import msm, ntt
+from .field import FROM_MONT, MUL, SUB, TO_MONT, as_u64, field_consts, fp_binary_vec, fp_unary_vec
+
+
+def _binary(curve: Curve, a: np.ndarray, b: np.ndarray, op: int) -> np.ndarray:
+    if a.shape != b.shape:
+        raise ValueError(f"field vectors differ in shape: {a.shape} vs {b.shape}")
+    out = np.empty(a.shape, dtype=np.uint32)
+    fp_binary_vec(as_u64(np.ascontiguousarray(a)), as_u64(np.ascontiguousarray(b)), as_u64(out), op, field_consts(curve.Fr))
+    return out
+
+
+def _unary(curve: Curve, a: np.ndarray, op: int) -> np.ndarray:
+    out = np.empty(a.shape, dtype=np.uint32)
+    fp_unary_vec(as_u64(np.ascontiguousarray(a)), as_u64(out), op, field_consts(curve.Fr))
+    return out
+
+
+class CpuBackend:
+    """Implements backends.base.Backend on the host."""
+
+    name = "cpu"
+
+    def fr_mul(self, curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _binary(curve, a, b, MUL)
+
+    def fr_sub(self, curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return _binary(curve, a, b, SUB)
+
+    def fr_to_mont(self, curve: Curve, a: np.ndarray) -> np.ndarray:
+        return _unary(curve, a, TO_MONT)
+
+    def fr_from_mont(self, curve: Curve, a: np.ndarray) -> np.ndarray:
+        return _unary(curve, a, FROM_MONT)
+
+    def ntt(self, curve: Curve, a: np.ndarray) -> np.ndarray:
+        return ntt.ntt(curve, a)
+
+    def intt(self, curve: Curve, a: np.ndarray) -> np.ndarray:
+        return ntt.intt(curve, a)
+
+    def coset_ntt(self, curve: Curve, a: np.ndarray, shift: int) -> np.ndarray:
+        return ntt.coset_ntt(curve, a, shift)
+
+    def msm_g1(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point:
+        return msm.msm_g1(curve, bases, scalars)
+
+    def msm_g2(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point:
+        return msm.msm_g2(curve, bases, scalars)
+
+
+__all__ = ["CpuBackend"]

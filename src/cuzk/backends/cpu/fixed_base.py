@@ -30,7 +30,7 @@ from numba import njit, prange
 from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.limbs import first_not_below
-from .ec import jac_from_affine
+from .ec import jac_add_affine, jac_double, jac_from_affine
 from .field import (
     FieldConsts,
     as_u64,
@@ -63,88 +63,14 @@ MAX_WINDOW = 16
 
 
 @njit(cache=True)
-def jac_double(P, out, t, fc):
-    """2·P (dbl-2009-l), ``out`` may alias P; ``t`` is scratch of at least 9 coordinates.
-
-    TODO(ec.py): this and jac_add_affine duplicate backends/cpu/ec.py, whose versions crash
-    on G2 coordinates (their stack scratch outlives its frame); switch back once fixed.
-    """
-    if fe_is_zero(P[2]):
-        fe_set_zero(out[2])
-        return
-    a, b, c, d, e = t[0], t[1], t[2], t[3], t[4]
-    fe_sqr(P[0], a, fc)
-    fe_sqr(P[1], b, fc)
-    fe_sqr(b, c, fc)
-    fe_add(P[0], b, d, fc)
-    fe_sqr(d, d, fc)
-    fe_sub(d, a, d, fc)
-    fe_sub(d, c, d, fc)
-    fe_double(d, d, fc)
-    fe_double(a, e, fc)
-    fe_add(e, a, e, fc)
-    fe_mul(P[1], P[2], out[2], fc)
-    fe_double(out[2], out[2], fc)
-    fe_sqr(e, out[0], fc)
-    fe_sub(out[0], d, out[0], fc)
-    fe_sub(out[0], d, out[0], fc)
-    fe_sub(d, out[0], d, fc)
-    fe_mul(e, d, out[1], fc)
-    fe_double(c, c, fc)
-    fe_double(c, c, fc)
-    fe_double(c, c, fc)
-    fe_sub(out[1], c, out[1], fc)
-
-
-@njit(cache=True)
-def jac_add_affine(P, Q, out, t, fc):
-    """P + Q for Jacobian P and affine Q, not infinity (madd-2007-bl); ``out`` may alias P; scratch ``t`` as above."""
-    if fe_is_zero(P[2]):
-        jac_from_affine(Q, out, fc)
-        return
-    z1z1, u2, s2, h, hh, i4, j, r, v = t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]
-    fe_sqr(P[2], z1z1, fc)
-    fe_mul(Q[0], z1z1, u2, fc)
-    fe_mul(Q[1], P[2], s2, fc)
-    fe_mul(s2, z1z1, s2, fc)
-    fe_sub(u2, P[0], h, fc)
-    fe_sub(s2, P[1], r, fc)
-    if fe_is_zero(h):
-        if fe_is_zero(r):
-            jac_double(P, out, t, fc)
-        else:
-            fe_set_zero(out[2])
-        return
-    fe_double(r, r, fc)
-    fe_sqr(h, hh, fc)
-    fe_double(hh, i4, fc)
-    fe_double(i4, i4, fc)
-    fe_mul(h, i4, j, fc)
-    fe_mul(P[0], i4, v, fc)
-    fe_add(P[2], h, out[2], fc)
-    fe_sqr(out[2], out[2], fc)
-    fe_sub(out[2], z1z1, out[2], fc)
-    fe_sub(out[2], hh, out[2], fc)
-    fe_mul(P[1], j, s2, fc)
-    fe_sqr(r, out[0], fc)
-    fe_sub(out[0], j, out[0], fc)
-    fe_sub(out[0], v, out[0], fc)
-    fe_sub(out[0], v, out[0], fc)
-    fe_sub(v, out[0], v, fc)
-    fe_mul(r, v, out[1], fc)
-    fe_double(s2, s2, fc)
-    fe_sub(out[1], s2, out[1], fc)
-
-
-@njit(cache=True)
-def _add_signed(P, Q, negate, t, fc):
-    """P += ±Q for Jacobian P and affine Q (not infinity); scratch ``t`` holds 11 coordinates."""
+def _add_signed(P, Q, negate, neg, fc):
+    """P += ±Q for Jacobian P and affine Q (not infinity); ``neg`` is an affine scratch point."""
     if negate:
-        fe_copy(Q[0], t[9])
-        fe_neg(Q[1], t[10], fc)
-        jac_add_affine(P, t[9:11], P, t, fc)
+        fe_copy(Q[0], neg[0])
+        fe_neg(Q[1], neg[1], fc)
+        jac_add_affine(P, neg, P, fc)
     else:
-        jac_add_affine(P, Q, P, t, fc)
+        jac_add_affine(P, Q, P, fc)
 
 
 @njit(cache=True)
@@ -196,10 +122,9 @@ def _build_window(base, table_window, fc):
     half = table_window.shape[0]
     jac = np.zeros((half, 3) + table_window.shape[2:], dtype=np.uint64)
     prefix = np.zeros((half,) + table_window.shape[2:], dtype=np.uint64)
-    t = np.zeros((11,) + table_window.shape[2:], dtype=np.uint64)
     jac_from_affine(base, jac[0], fc)
     for d in range(1, half):
-        jac_add_affine(jac[d - 1], base, jac[d], t, fc)
+        jac_add_affine(jac[d - 1], base, jac[d], fc)
     _to_affine(jac, table_window, 0, half, prefix, fc)
 
 
@@ -424,19 +349,19 @@ def _bit_length(s):
 def _sparse_range(points, indptr, index, magnitude, negative, out, lo, hi, fc):
     jac = np.zeros((hi - lo, 3) + out.shape[2:], dtype=np.uint64)
     prefix = np.zeros((hi - lo,) + out.shape[2:], dtype=np.uint64)
-    t = np.zeros((11,) + out.shape[2:], dtype=np.uint64)
+    neg = np.zeros(out.shape[1:], dtype=np.uint64)
     for k in range(lo, hi):
         P = jac[k - lo]
         top = 0
         for e in range(indptr[k], indptr[k + 1]):
             top = max(top, _bit_length(magnitude[e]))
         for bit in range(top - 1, -1, -1):
-            jac_double(P, P, t, fc)
+            jac_double(P, P, fc)
             for e in range(indptr[k], indptr[k + 1]):
                 if _bit(magnitude[e], bit):
                     B = points[index[e]]
                     if not (fe_is_zero(B[0]) and fe_is_zero(B[1])):
-                        _add_signed(P, B, negative[e], t, fc)
+                        _add_signed(P, B, negative[e], neg, fc)
     _to_affine(jac, out, lo, hi, prefix, fc)
 
 

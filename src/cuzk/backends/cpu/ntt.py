@@ -1,0 +1,127 @@
+"""Radix-2 NTT over Fr with snarkjs's roots of unity, natural order in and out.
+
+The zkey's H points are the Lagrange basis of snarkjs's exact domain (root
+``curve.fr_root_of_unity(k)``, natural index order), so the transform must use that root;
+any other primitive root would give a well-formed but wrong proof.
+Iterative Cooley-Tukey after a bit-reversal permutation; each stage's butterflies are
+split into chunks that run in parallel. Twiddle tables are cached per (field, log n).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+from numba import njit, prange
+
+from ...curves import Curve
+from .field import (
+    FieldConsts,
+    _stack_array,
+    as_u32,
+    as_u64,
+    field_consts,
+    fp_add,
+    fp_mul,
+    fp_mul_powers_vec,
+    fp_mul_tuple,
+    fp_sub,
+    to_mont_int,
+)
+
+
+class NttSizeError(ValueError):
+    pass
+
+
+@njit(cache=True)
+def _butterflies(a, tw, m, stride, lo, hi, fc):
+    """Butterflies lo..hi of the stage whose half-block size is m."""
+    t = _stack_array(fc.p, 1, 0)[0]
+    for i in range(lo, hi):
+        k = i % m
+        j = (i // m) * 2 * m + k
+        fp_mul(a[j + m], tw[k * stride], t, fc)
+        fp_sub(a[j], t, a[j + m], fc)
+        fp_add(a[j], t, a[j], fc)
+
+
+@njit(cache=True, parallel=True)
+def _ntt_in_place(a, tw, log_n, fc):
+    """Stages of a bit-reversed input ``a`` (n, N) uint64 with twiddles tw[i] = w^i, i < n/2."""
+    n = a.shape[0]
+    half = n // 2
+    n_chunks = max(1, min(64, half // 512))
+    p, pinv, one, r2, pm2 = fc
+    m = 1
+    for _ in range(log_n):
+        stride = n // (2 * m)
+        for c in prange(n_chunks):
+            _butterflies(a, tw, m, stride, c * half // n_chunks, (c + 1) * half // n_chunks, FieldConsts(p, pinv, one, r2, pm2))
+        m *= 2
+
+
+@njit(cache=True, parallel=True)
+def _scale(a, factor, fc):
+    p, pinv, one, r2, pm2 = fc
+    for i in prange(a.shape[0]):
+        fp_mul_tuple(a[i], factor, a[i], FieldConsts(p, pinv, one, r2, pm2))
+
+
+@lru_cache(maxsize=64)
+def _bit_reverse(log_n: int) -> np.ndarray:
+    idx = np.arange(1 << log_n, dtype=np.int64)
+    rev = np.zeros_like(idx)
+    for b in range(log_n):
+        rev |= ((idx >> b) & 1) << (log_n - 1 - b)
+    return rev
+
+
+@lru_cache(maxsize=32)
+def _twiddles(curve: Curve, log_n: int, inverse: bool) -> np.ndarray:
+    F = curve.Fr
+    w = curve.fr_root_of_unity(log_n)
+    if inverse:
+        w = F.inv(w)
+    tw = np.empty((max(1, (1 << log_n) // 2), F.n8 // 8), dtype=np.uint64)
+    fp_mul_powers_vec(np.empty((0, F.n8 // 8), dtype=np.uint64), to_mont_int(F, w), tw, field_consts(F))
+    tw.setflags(write=False)
+    return tw
+
+
+def _log2(curve: Curve, n: int) -> int:
+    log_n = n.bit_length() - 1
+    if n < 1 or n != 1 << log_n:
+        raise NttSizeError(f"NTT size must be a power of two, got {n}")
+    if log_n > curve.fr_two_adicity:
+        raise NttSizeError(f"NTT size 2^{log_n} exceeds {curve.name}'s 2-adicity 2^{curve.fr_two_adicity}")
+    return log_n
+
+
+def _transform(curve: Curve, a: np.ndarray, inverse: bool) -> np.ndarray:
+    log_n = _log2(curve, a.shape[0])
+    out = as_u64(np.ascontiguousarray(a, dtype=np.uint32))[_bit_reverse(log_n)]  # fancy index: a fresh copy
+    fc = field_consts(curve.Fr)
+    _ntt_in_place(out, _twiddles(curve, log_n, inverse), log_n, fc)
+    if inverse:
+        n_inv = curve.Fr.to_mont(curve.Fr.inv(a.shape[0]))
+        _scale(out, tuple(np.uint64((n_inv >> (64 * i)) & 0xFFFFFFFFFFFFFFFF) for i in range(curve.Fr.n8 // 8)), fc)
+    return as_u32(out)
+
+
+def ntt(curve: Curve, a: np.ndarray) -> np.ndarray:
+    """Evaluations on <w> of the polynomial with coefficients ``a`` (Montgomery form)."""
+    return _transform(curve, a, inverse=False)
+
+
+def intt(curve: Curve, a: np.ndarray) -> np.ndarray:
+    """Coefficients of the polynomial whose evaluations on <w> are ``a``."""
+    return _transform(curve, a, inverse=True)
+
+
+def coset_ntt(curve: Curve, a: np.ndarray, shift: int) -> np.ndarray:
+    """Evaluations on shift·<w>: a_i scaled by shift^i, then the NTT."""
+    F = curve.Fr
+    scaled = np.empty(a.shape, dtype=np.uint32)
+    fp_mul_powers_vec(as_u64(np.ascontiguousarray(a, dtype=np.uint32)), to_mont_int(F, shift), as_u64(scaled), field_consts(F))
+    return ntt(curve, scaled)
