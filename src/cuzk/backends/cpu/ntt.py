@@ -35,29 +35,44 @@ class NttSizeError(ValueError):
 
 
 @njit(cache=True)
-def _butterflies(a, tw, m, stride, lo, hi, fc):
-    """Butterflies lo..hi of the stage whose half-block size is m."""
+def _butterflies(a, tw, m, stride, base, k0, k1, fc):
+    """Butterflies k0..k1 of the block at ``base`` in the stage whose half-block size is m."""
     t = _stack_array(fc.p, 1, 0)[0]
-    for i in range(lo, hi):
-        k = i % m
-        j = (i // m) * 2 * m + k
-        fp_mul(a[j + m], tw[k * stride], t, fc)
-        fp_sub(a[j], t, a[j + m], fc)
-        fp_add(a[j], t, a[j], fc)
+    ti = k0 * stride
+    for k in range(k0, k1):
+        fp_mul(a[base + k + m], tw[ti], t, fc)
+        fp_sub(a[base + k], t, a[base + k + m], fc)
+        fp_add(a[base + k], t, a[base + k], fc)
+        ti += stride
 
 
 @njit(cache=True, parallel=True)
 def _ntt_in_place(a, tw, log_n, fc):
-    """Stages of a bit-reversed input ``a`` (n, N) uint64 with twiddles tw[i] = w^i, i < n/2."""
+    """All stages over a bit-reversed input ``a`` (n, N) uint64; tw[i] = w^i for i < n/2.
+
+    The early stages stay inside contiguous chunks, so one parallel region runs them all
+    (no barrier per stage); only the last log2(chunks) stages synchronise per stage.
+    """
     n = a.shape[0]
-    half = n // 2
-    n_chunks = max(1, min(64, half // 512))
+    log_chunks = min(6, max(0, log_n - 9))
+    n_chunks = 1 << log_chunks
+    chunk = n >> log_chunks
     p, pinv, one, r2, pm2 = fc
-    m = 1
-    for _ in range(log_n):
-        stride = n // (2 * m)
-        for c in prange(n_chunks):
-            _butterflies(a, tw, m, stride, c * half // n_chunks, (c + 1) * half // n_chunks, FieldConsts(p, pinv, one, r2, pm2))
+    for c in prange(n_chunks):
+        f = FieldConsts(p, pinv, one, r2, pm2)
+        m = 1
+        while m < chunk:
+            for base in range(c * chunk, (c + 1) * chunk, 2 * m):
+                _butterflies(a, tw, m, n // (2 * m), base, 0, m, f)
+            m *= 2
+    per = (n // 2) // n_chunks
+    m = chunk
+    while m < n:
+        for t in prange(n_chunks):
+            first = t * per
+            block = first // m
+            k0 = first - block * m
+            _butterflies(a, tw, m, n // (2 * m), block * 2 * m, k0, k0 + per, FieldConsts(p, pinv, one, r2, pm2))
         m *= 2
 
 
