@@ -16,7 +16,7 @@ import pytest
 from cuzk.client import Client
 from cuzk.memory.limits import CgroupError
 from cuzk.memory.units import MiB, format_size
-from test_daemon import Circuit, DaemonProcess, check_proof, circuits_for, wait_for
+from test_daemon import Circuit, DaemonProcess, check_proofs, circuits_for, wait_for
 
 
 def submit_all(client: Client, jobs: list[tuple[str, Circuit]]) -> dict[str, tuple[str, Circuit]]:
@@ -32,8 +32,7 @@ def await_all(client: Client, submitted: dict[str, tuple[str, Circuit]], tmp_pat
     """Every job finishes DONE, with a proof snarkjs accepts, exactly once."""
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(lambda job_id: client.await_proof(job_id, timeout), submitted))
-    for result in results:
-        check_proof(result, submitted[result.job_id][1], tmp_path)
+    check_proofs([(r, submitted[r.job_id][1]) for r in results], tmp_path)
     listed = [j for j in client.list_jobs() if j.request_id in {r for r, _ in submitted.values()}]
     assert sorted(j.job_id for j in listed) == sorted(submitted), "jobs lost or duplicated"
 

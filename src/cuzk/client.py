@@ -33,7 +33,7 @@ PRIORITIES = ("LOW", "NORMAL", "HIGH", "CRITICAL")
 STATES = ("QUEUED", "SYNTHESIZING", "PROVING", "DONE", "FAILED", "CANCELLED")
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20
-MAX_REQUEST_BYTES = 2 << 30
+MAX_REQUEST_BYTES = (1 << 31) - 1  # gRPC takes a 32-bit int
 T = TypeVar("T")
 
 
@@ -209,13 +209,13 @@ class Client:
 
     def prove(self, key: str | os.PathLike, witness: bytes, *, priority: str | int = "NORMAL",
               request_id: str | None = None, timeout: float | None = None) -> ProofResult:
-        """Submit and wait; safe to retry across a daemon restart (a request_id is always sent)."""
-        request_id = request_id or f"prove-{uuid.uuid4().hex}"
-        started = time.monotonic()
-        job_id, _ = self.submit(key, witness, priority=priority, request_id=request_id,
-                                timeout=None if timeout is None else timeout)
-        remaining = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
-        return self.await_proof(job_id, remaining)
+        """Submit and wait in one call; retried across a daemon restart (a request_id is always sent, so never twice)."""
+        submit = pb.SubmitProofRequest(key=key_ref(key), witness=witness, priority=_priority(priority),
+                                       request_id=request_id or f"prove-{uuid.uuid4().hex}")
+        slack = 5.0
+        request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
+        result = _result(self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True))
+        return self._checked(result)
 
     @staticmethod
     def _checked(result: ProofResult) -> ProofResult:

@@ -197,7 +197,7 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
     for col in ("name", "kind", "backend", "job", "done"):
         workers.add_column(col)
     for w in status.get("workers", []):
-        workers.add_row(w["name"], w["kind"], str(w.get("backend") or "-"), str(w.get("job") or "-"), str(w.get("jobs_done", 0)))
+        workers.add_row(w["name"], w["kind"], str(w.get("backend") or "-"), (w.get("job") or "-")[:12], str(w.get("jobs_done", 0)))
     out.append(workers)
 
     if jobs:
@@ -206,7 +206,7 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
             table.add_column(col)
         for j in jobs:
             took = f"{j.finished_at - j.started_at:.2f} s" if j.finished_at and j.started_at else "-"
-            table.add_row(j.job_id, j.state.lower(), j.priority.lower(), j.circuit, took, j.error[:60])
+            table.add_row(j.job_id[:12], j.state.lower(), j.priority.lower(), j.circuit, took, j.error[:60])
         out.append(table)
     return out
 
