@@ -246,7 +246,8 @@ def render(report: dict[str, Any], out_dir) -> list:
     out.append(table)
 
     m = Table.grid(padding=(0, 2))
-    m.add_row("limit", f"{format_size(mem.get('limit_at_peak_bytes', mem.get('limit_bytes_last')))} ({mem['limit_source']})")
+    m.add_row("limit", f"{format_size(mem.get('limit_at_peak_bytes', mem.get('limit_bytes_last')))} ({mem['limit_source']})"
+              + ("; no cgroup limit, so charged means the whole machine's use" if mem["limit_source"].startswith("MemTotal") else ""))
     if "peak_charged_bytes" in mem:
         m.add_row("budget", f"{format_size(mem['budget_at_peak_bytes'])} at the peak"
                   + (f" (first {format_size(mem['budget_total_bytes_first'])}, last {format_size(mem['budget_total_bytes_last'])})"
