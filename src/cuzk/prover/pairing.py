@@ -4,16 +4,21 @@ Values equal ``cuzk.curves.tower``'s reference pairing (and so snarkjs's Gt) exa
 the fast path the Groth16 verifier runs.
 
 Representation. All arithmetic works on one 2-D uint64 "register file" ``W`` of shape
-(rows, N): a row is an Fq element in Montgomery form as N little-endian 32-bit limbs
-(N = 8 for BN254, 12 for BLS12-381). Fq2/Fq6/Fq12 elements are 2/6/12 consecutive rows in
-snarkjs's order (c0.a0.re, c0.a0.im, c0.a1.re, ... c1.a2.im). Kernels take row indices,
-never allocate, and get scratch space from ``sp``: the first free row, which each kernel
-advances past its own temporaries before calling the next. Rows [0, NUM_CONST_ROWS) hold
-per-curve constants (Montgomery one, Frobenius and twist coefficients).
+(rows, N): a row is an Fq element in Montgomery form as N little-endian 64-bit words
+(N = 4 for BN254, 6 for BLS12-381). R is 2^256 / 2^384 either way, so a row holds the same
+bytes as the project's 32-bit-limb layout (``backends.base``); 64-bit words let each limb
+product be one 64x64->128 multiply (an LLVM i128 intrinsic below), a quarter of the
+32-bit-limb products. Fq2/Fq6/Fq12 elements are 2/6/12 consecutive rows in snarkjs's order
+(c0.a0.re, c0.a0.im, c0.a1.re, ... c1.a2.im). Kernels take row indices, never allocate, and
+get scratch space from ``sp``: the first free row, which each kernel advances past its own
+temporaries before calling the next. Rows [0, NUM_CONST_ROWS) hold per-curve constants
+(Montgomery one, Frobenius and twist coefficients).
 
-The field context ``F = (P, pinv, xi_k, P_minus_2)`` carries the modulus as a tuple, so
-numba compiles one specialisation per limb count with constant loop bounds (which LLVM
-unrolls) and caches both. xi = xi_k + u is the Fq6 non-residue.
+The field context ``F = (P, pinv, xi_k)`` carries the modulus as a tuple, so numba compiles
+one specialisation per word count with constant loop bounds (which LLVM unrolls) and caches
+both. xi = xi_k + u is the Fq6 non-residue. Fq kernels are inlined into the Fq2 ones (numba
+``inline="always"``); everything from Fq2 up is an ordinary call, cheap next to its work,
+which keeps compile times to minutes.
 
 Algorithms. Miller loop over the NAF of 6u+2 (BN, D-type twist, two Frobenius line steps)
 or the bits of |x| (BLS12, M-type twist, conjugate at the end since x < 0); the G2 point
@@ -32,16 +37,17 @@ from dataclasses import dataclass, field
 from functools import cache
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.tower import Fq12E, Tower, miller_loop_scalar, naf, tower
 
-M32 = np.uint64(0xFFFFFFFF)
-S32 = np.uint64(32)
-ONE64 = np.uint64(1)
 ZERO64 = np.uint64(0)
+ONE64 = np.uint64(1)
+MASK64 = (1 << 64) - 1
 
 # Constant rows of W.
 K_ONE = 0  # Montgomery 1 (Fq)
@@ -55,20 +61,68 @@ NUM_CONST_ROWS = K_BETA + 1
 TWIST_D, TWIST_M = 0, 1
 
 
-# ============================================================================ Fq
-@njit(cache=True)
+# ============================================================================ 128-bit helpers
+def _wide_result(context, builder, signature, value):
+    i128 = ir.IntType(128)
+    lo = builder.trunc(value, ir.IntType(64))
+    hi = builder.trunc(builder.lshr(value, ir.Constant(i128, 64)), ir.IntType(64))
+    return context.make_tuple(builder, signature.return_type, (lo, hi))
+
+
+@intrinsic
+def mul_add(typingctx, t, a, b, c):
+    """(low, high) 64-bit words of t + a*b + c, which always fits in 128 bits."""
+    sig = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        t, a, b, c = (builder.zext(x, ir.IntType(128)) for x in args)
+        return _wide_result(context, builder, signature, builder.add(builder.add(builder.mul(a, b), t), c))
+
+    return sig, codegen
+
+
+@intrinsic
+def add_carry(typingctx, a, b, c):
+    """(a + b + c mod 2^64, carry out)."""
+    sig = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        a, b, c = (builder.zext(x, ir.IntType(128)) for x in args)
+        return _wide_result(context, builder, signature, builder.add(builder.add(a, b), c))
+
+    return sig, codegen
+
+
+@intrinsic
+def sub_borrow(typingctx, a, b, br):
+    """(a - b - br mod 2^64, borrow out as 0 or 1)."""
+    sig = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64, types.uint64)
+
+    def codegen(context, builder, signature, args):
+        i128 = ir.IntType(128)
+        a, b, br = (builder.zext(x, i128) for x in args)
+        d = builder.sub(builder.sub(a, b), br)
+        lo = builder.trunc(d, ir.IntType(64))
+        borrow = builder.trunc(builder.lshr(d, ir.Constant(i128, 127)), ir.IntType(64))
+        return context.make_tuple(builder, signature.return_type, (lo, borrow))
+
+    return sig, codegen
+
+
+# ============================================================================ Fq (one row: N 64-bit limbs)
+@njit(cache=True, inline="always")
 def fq_copy(W, o, a, F):
     for j in range(len(F[0])):
         W[o, j] = W[a, j]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_set_zero(W, o, F):
     for j in range(len(F[0])):
         W[o, j] = ZERO64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_is_zero(W, a, F):
     acc = ZERO64
     for j in range(len(F[0])):
@@ -76,7 +130,7 @@ def fq_is_zero(W, a, F):
     return acc == ZERO64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_eq(W, a, b, F):
     acc = ZERO64
     for j in range(len(F[0])):
@@ -84,51 +138,50 @@ def fq_eq(W, a, b, F):
     return acc == ZERO64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fq_reduce_once(W, o, F):
     """W[o] -= P if W[o] >= P (inputs below 2P)."""
     P = F[0]
     n = len(P)
     br = ZERO64
     for j in range(n):
-        br = (W[o, j] - P[j] - br) >> np.uint64(63)
+        _, br = sub_borrow(W[o, j], P[j], br)
     if br == ZERO64:
-        br = ZERO64
         for j in range(n):
-            d = W[o, j] - P[j] - br
-            W[o, j] = d & M32
-            br = d >> np.uint64(63)
+            W[o, j], br = sub_borrow(W[o, j], P[j], br)
 
 
-@njit(cache=True)
-def fq_add(W, o, a, b, F):
-    # P < 2^(32N - 2) for both curves, so a + b fits in N limbs.
+@njit(cache=True, inline="always")
+def fq_add_unreduced(W, o, a, b, F):
+    """a + b without the final subtraction: below 2P, which fq_mul accepts (4P < R for both curves).
+
+    P < 2^(64N - 2) for both curves, so the sum of two values below 2P fits in N limbs.
+    """
     c = ZERO64
     for j in range(len(F[0])):
-        s = W[a, j] + W[b, j] + c
-        W[o, j] = s & M32
-        c = s >> S32
+        W[o, j], c = add_carry(W[a, j], W[b, j], c)
+
+
+@njit(cache=True, inline="always")
+def fq_add(W, o, a, b, F):
+    fq_add_unreduced(W, o, a, b, F)
     _fq_reduce_once(W, o, F)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_sub(W, o, a, b, F):
     P = F[0]
     n = len(P)
     br = ZERO64
     for j in range(n):
-        d = W[a, j] - W[b, j] - br
-        W[o, j] = d & M32
-        br = d >> np.uint64(63)
+        W[o, j], br = sub_borrow(W[a, j], W[b, j], br)
     if br != ZERO64:
         c = ZERO64
         for j in range(n):
-            s = W[o, j] + P[j] + c
-            W[o, j] = s & M32
-            c = s >> S32
+            W[o, j], c = add_carry(W[o, j], P[j], c)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_neg(W, o, a, F):
     P = F[0]
     if fq_is_zero(W, a, F):
@@ -136,30 +189,30 @@ def fq_neg(W, o, a, F):
         return
     br = ZERO64
     for j in range(len(P)):
-        d = P[j] - W[a, j] - br
-        W[o, j] = d & M32
-        br = d >> np.uint64(63)
+        W[o, j], br = sub_borrow(P[j], W[a, j], br)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_half(W, o, a, F):
-    """a / 2: add P when odd, then shift (the sum fits: P < 2^(32N-2))."""
+    """a / 2: add P when odd, then shift (the sum fits: P < 2^(64N-2))."""
     P = F[0]
     n = len(P)
     odd = W[a, 0] & ONE64
     c = ZERO64
     for j in range(n):
-        s = W[a, j] + (P[j] if odd else ZERO64) + c
-        W[o, j] = s & M32
-        c = s >> S32
+        W[o, j], c = add_carry(W[a, j], P[j] if odd else ZERO64, c)
     for j in range(n - 1):
-        W[o, j] = (W[o, j] >> ONE64) | ((W[o, j + 1] & ONE64) << np.uint64(31))
+        W[o, j] = (W[o, j] >> ONE64) | (W[o, j + 1] << np.uint64(63))
     W[o, n - 1] = W[o, n - 1] >> ONE64
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def fq_mul(W, sp, o, a, b, F):
-    """Montgomery product a*b/R (CIOS), accumulating in row sp; o may alias a or b."""
+    """Montgomery product a*b/R (CIOS on 64-bit words), accumulating in row sp; o may alias a or b.
+
+    Inputs below 2P give an output below P: t < ab/R + P < (4P/R + 1) P < 2P before the final
+    subtraction, as 4P < R for both curves.
+    """
     P = F[0]
     pinv = F[1]
     n = len(P)
@@ -171,60 +224,49 @@ def fq_mul(W, sp, o, a, b, F):
         bi = W[b, i]
         c = ZERO64
         for j in range(n):
-            s = W[t, j] + W[a, j] * bi + c
-            W[t, j] = s & M32
-            c = s >> S32
-        s = top + c
-        top_lo = s & M32
-        top_hi = s >> S32
-        m = (W[t, 0] * pinv) & M32
-        s = W[t, 0] + m * P[0]
-        c = s >> S32
+            W[t, j], c = mul_add(W[t, j], W[a, j], bi, c)
+        top_lo, top_hi = add_carry(top, c, ZERO64)
+        m = W[t, 0] * pinv
+        _, c = mul_add(W[t, 0], m, P[0], ZERO64)
         for j in range(1, n):
-            s = W[t, j] + m * P[j] + c
-            W[t, j - 1] = s & M32
-            c = s >> S32
-        s = top_lo + c
-        W[t, n - 1] = s & M32
-        top = top_hi + (s >> S32)
+            W[t, j - 1], c = mul_add(W[t, j], m, P[j], c)
+        W[t, n - 1], c = add_carry(top_lo, c, ZERO64)
+        top = top_hi + c
     br = ZERO64
     for j in range(n):
-        br = (W[t, j] - P[j] - br) >> np.uint64(63)
+        _, br = sub_borrow(W[t, j], P[j], br)
     if top != ZERO64 or br == ZERO64:
         br = ZERO64
         for j in range(n):
-            d = W[t, j] - P[j] - br
-            W[o, j] = d & M32
-            br = d >> np.uint64(63)
+            W[o, j], br = sub_borrow(W[t, j], P[j], br)
     else:
         for j in range(n):
             W[o, j] = W[t, j]
 
 
-@njit(cache=True)
-def fq_mul_small(W, sp, o, a, k, F):
-    """k*a for a small k >= 1, by double-and-add (k is 9 or 1 for the non-residues)."""
-    fq_copy(W, sp, a, F)
+@njit(cache=True, inline="always")
+def fq_mul_small(W, o, a, k, F):
+    """k*a for a small k >= 1 (the non-residue's 9) by double-and-add; o must not alias a."""
     top = 0
     while (k >> (top + 1)) != 0:
         top += 1
-    fq_copy(W, o, sp, F)
+    fq_copy(W, o, a, F)
     for bit in range(top - 1, -1, -1):
         fq_add(W, o, o, o, F)
         if (k >> bit) & 1:
-            fq_add(W, o, o, sp, F)
+            fq_add(W, o, o, a, F)
 
 
 @njit(cache=True)
 def fq_inv(W, sp, o, a, F):
     """a^(P-2) (Fermat); the inverse of zero comes out as zero."""
-    E = F[3]
+    P = F[0]
     r, base = sp, sp + 1
     fq_copy(W, base, a, F)
     fq_copy(W, r, K_ONE, F)
-    for j in range(len(E) - 1, -1, -1):
-        limb = E[j]
-        for bit in range(31, -1, -1):
+    for j in range(len(P) - 1, -1, -1):
+        limb = P[j] - np.uint64(2) if j == 0 else P[j]  # P[0] > 2 for both curves: no borrow
+        for bit in range(63, -1, -1):
             fq_mul(W, sp + 2, r, r, r, F)
             if (limb >> np.uint64(bit)) & ONE64:
                 fq_mul(W, sp + 2, r, r, base, F)
@@ -290,8 +332,8 @@ def fq2_mul(W, sp, o, a, b, F):
     t0, t1, t2, t3 = sp, sp + 1, sp + 2, sp + 3
     fq_mul(W, sp + 4, t0, a, b, F)
     fq_mul(W, sp + 4, t1, a + 1, b + 1, F)
-    fq_add(W, t2, a, a + 1, F)
-    fq_add(W, t3, b, b + 1, F)
+    fq_add_unreduced(W, t2, a, a + 1, F)
+    fq_add_unreduced(W, t3, b, b + 1, F)
     fq_mul(W, sp + 4, t2, t2, t3, F)
     fq_sub(W, o, t0, t1, F)
     fq_sub(W, t2, t2, t0, F)
@@ -302,7 +344,7 @@ def fq2_mul(W, sp, o, a, b, F):
 def fq2_sqr(W, sp, o, a, F):
     """(a0 + a1)(a0 - a1) + 2 a0 a1 u: 2 Fq products."""
     t0, t1, t2 = sp, sp + 1, sp + 2
-    fq_add(W, t0, a, a + 1, F)
+    fq_add_unreduced(W, t0, a, a + 1, F)
     fq_sub(W, t1, a, a + 1, F)
     fq_mul(W, sp + 3, t2, a, a + 1, F)
     fq_mul(W, sp + 3, o, t0, t1, F)
@@ -320,8 +362,12 @@ def fq2_mul_xi(W, sp, o, a, F):
     """a * (xi_k + u) = (xi_k a0 - a1) + (a0 + xi_k a1) u."""
     k = F[2]
     t0, t1 = sp, sp + 1
-    fq_mul_small(W, sp + 2, t0, a, k, F)
-    fq_mul_small(W, sp + 2, t1, a + 1, k, F)
+    if k == 1:
+        fq_copy(W, t0, a, F)
+        fq_copy(W, t1, a + 1, F)
+    else:
+        fq_mul_small(W, t0, a, k, F)
+        fq_mul_small(W, t1, a + 1, k, F)
     fq_sub(W, t0, t0, a + 1, F)
     fq_add(W, t1, t1, a, F)
     fq_copy(W, o, t0, F)
@@ -1149,6 +1195,47 @@ def jac_mul_naf(W, sp, o, q, naf, deg, F):
 
 
 @njit(cache=True)
+def jac_mul_naf_jacobian(W, sp, o, p, naf, deg, F):
+    """o = [e] p for a Jacobian p (full additions, so no inversion to make p affine)."""
+    base, negbase = sp, sp + 3 * deg
+    nsp = sp + 6 * deg
+    for k in range(3):
+        ext_copy(W, base + k * deg, p + k * deg, deg, F)
+        ext_copy(W, negbase + k * deg, p + k * deg, deg, F)
+    ext_neg(W, negbase + deg, negbase + deg, deg, F)
+    for k in range(3):
+        ext_copy(W, o + k * deg, base + k * deg, deg, F)
+    for i in range(len(naf) - 2, -1, -1):
+        jac_double(W, nsp, o, o, deg, F)
+        if naf[i] == 1:
+            jac_add(W, nsp, o, o, base, deg, F)
+        elif naf[i] == -1:
+            jac_add(W, nsp, o, o, negbase, deg, F)
+
+
+@njit(cache=True)
+def jac_eq(W, sp, p, q, deg, F):
+    """Two Jacobian points are equal: X1 Z2^2 = X2 Z1^2 and Y1 Z2^3 = Y2 Z1^3 (or both infinity)."""
+    p_inf = ext_is_zero(W, p + 2 * deg, deg, F)
+    q_inf = ext_is_zero(W, q + 2 * deg, deg, F)
+    if p_inf or q_inf:
+        return p_inf and q_inf
+    z1, z2, t1, t2 = sp, sp + deg, sp + 2 * deg, sp + 3 * deg
+    nsp = sp + 4 * deg
+    ext_sqr(W, nsp, z1, p + 2 * deg, deg, F)
+    ext_sqr(W, nsp, z2, q + 2 * deg, deg, F)
+    ext_mul(W, nsp, t1, p, z2, deg, F)
+    ext_mul(W, nsp, t2, q, z1, deg, F)
+    if not ext_eq(W, t1, t2, deg, F):
+        return False
+    ext_mul(W, nsp, z1, z1, p + 2 * deg, deg, F)
+    ext_mul(W, nsp, z2, z2, q + 2 * deg, deg, F)
+    ext_mul(W, nsp, t1, p + deg, z2, deg, F)
+    ext_mul(W, nsp, t2, q + deg, z1, deg, F)
+    return ext_eq(W, t1, t2, deg, F)
+
+
+@njit(cache=True)
 def jac_to_affine(W, sp, o, p, deg, F):
     """Affine (x, y) of a Jacobian point into o; returns False for infinity."""
     if ext_is_zero(W, p + 2 * deg, deg, F):
@@ -1173,16 +1260,14 @@ def g1_subgroup_kernel(K, P, x_naf, F):
     n = len(F[0])
     W = np.zeros((NUM_CONST_ROWS + 160, n), np.uint64)
     W[:NUM_CONST_ROWS] = K
-    p, t, a, expect = NUM_CONST_ROWS, NUM_CONST_ROWS + 2, NUM_CONST_ROWS + 5, NUM_CONST_ROWS + 7
-    sp = NUM_CONST_ROWS + 9
+    p, t, t2, expect = NUM_CONST_ROWS, NUM_CONST_ROWS + 2, NUM_CONST_ROWS + 5, NUM_CONST_ROWS + 8
+    sp = NUM_CONST_ROWS + 10
     W[p : p + 2] = P
     jac_mul_naf(W, sp, t, p, x_naf, 1, F)
-    if not jac_to_affine(W, sp, a, t, 1, F):
-        return False
-    jac_mul_naf(W, sp, t, a, x_naf, 1, F)  # [x^2] P (the sign of x cancels)
+    jac_mul_naf_jacobian(W, sp, t2, t, x_naf, 1, F)  # [x^2] P (the sign of x cancels)
     fq_mul(W, sp, expect, p, K_BETA, F)
     fq_neg(W, expect + 1, p + 1, F)
-    return jac_eq_affine(W, sp, t, expect, 1, F)
+    return jac_eq_affine(W, sp, t2, expect, 1, F)
 
 
 @njit(cache=True)
@@ -1218,33 +1303,45 @@ def g2_subgroup_kernel(K, Q, u_naf, family_bn, F):
     for _ in range(3):
         g2_psi(W, sp, rhs, rhs, F)
         fq2_conj(W, rhs + 4, rhs + 4, F)
-    # compare two Jacobian points: normalise rhs
-    if not jac_to_affine(W, sp, aff, rhs, 2, F):
-        return ext_is_zero(W, lhs + 4, 2, F)
-    return jac_eq_affine(W, sp, lhs, aff, 2, F)
+    return jac_eq(W, sp, lhs, rhs, 2, F)
 
 
 # ============================================================================ G1 MSM (for the verifier's public-input combination)
 @njit(cache=True)
 def _scalar_window(scalars, i, start, width):
-    """Bits [start, start + width) of scalar i (rows of 32-bit limbs, standard form)."""
-    limb = start >> 5
-    shift = start & 31
+    """Bits [start, start + width) of scalar i (rows of 64-bit limbs, standard form)."""
+    limb = start >> 6
+    shift = start & 63
     v = scalars[i, limb] >> np.uint64(shift)
-    if shift + width > 32 and limb + 1 < scalars.shape[1]:
-        v |= scalars[i, limb + 1] << np.uint64(32 - shift)
+    if shift + width > 64 and limb + 1 < scalars.shape[1]:
+        v |= scalars[i, limb + 1] << np.uint64(64 - shift)
     return np.int64(v & np.uint64((1 << width) - 1))
 
 
 @njit(cache=True)
 def _g1_msm_into(W, sp, acc, points, infinity, scalars, nbits, window, F):
-    """acc = sum scalars[i] * points[i] (Pippenger, Jacobian buckets, mixed additions)."""
+    """acc = sum scalars[i] * points[i] (affine points, Jacobian result).
+
+    window == 1 is Straus's method: one doubling per bit and a mixed addition per set bit.
+    Otherwise Pippenger: per window, mixed additions into 2^window - 1 Jacobian buckets,
+    summed by running sums.
+    """
     n = len(F[0])
+    fq_set_zero(W, acc + 2, F)
+    if window == 1:
+        pt = sp
+        for bit in range(nbits - 1, -1, -1):
+            jac_double(W, sp + 2, acc, acc, 1, F)
+            for i in range(points.shape[0]):
+                if not infinity[i] and _scalar_window(scalars, i, bit, 1) != 0:
+                    W[pt, :n] = points[i, 0]
+                    W[pt + 1, :n] = points[i, 1]
+                    jac_add_affine(W, sp + 2, acc, acc, pt, 1, F)
+        return
     nbuckets = (1 << window) - 1
     buckets = sp
     running, pt = sp + 3 * nbuckets, sp + 3 * nbuckets + 3
     nsp = pt + 2
-    fq_set_zero(W, acc + 2, F)
     nwin = (nbits + window - 1) // window
     for w in range(nwin - 1, -1, -1):
         for _ in range(window):
@@ -1267,10 +1364,17 @@ def _g1_msm_into(W, sp, acc, points, infinity, scalars, nbits, window, F):
 
 
 def msm_window(n_points: int, nbits: int) -> int:
-    """The Pippenger window minimising (windows) x (points + 2 x buckets)."""
+    """The window with the fewest Fq products, counting ~7 per doubling, ~11 per mixed and ~16
+    per full addition: Straus (window 1) for few points, Pippenger buckets for many."""
     if nbits == 0:
         return 1
-    return min(range(1, 13), key=lambda c: -(-nbits // c) * (n_points + 2 * ((1 << c) - 1)))
+
+    def cost(c: int) -> int:
+        if c == 1:
+            return nbits * (7 + 11 * n_points // 2)
+        return -(-nbits // c) * (7 * c + 11 * n_points + 16 * 2 * ((1 << c) - 1))
+
+    return min(range(1, 13), key=cost)
 
 
 @njit(cache=True)
@@ -1309,12 +1413,12 @@ def final_exponentiation_kernel(K, f_in, u_naf, u_negative, family_bn, F):
 
 
 @njit(cache=True)
-def groth16_kernel(K, ic, ic_infinity, scalars, nbits, window, neg_a, b2, c1, fixed_coeffs, target, digits, u_naf, family_bn, twist, negative, F):
+def groth16_kernel(K, ic, ic_infinity, scalars, nbits, window, neg_a, b2, c1, ab_live, c_live, fixed_coeffs, target, digits, u_naf, family_bn, twist, negative, F):
     """e(-A, B) e(L, gamma) e(C, delta) == target (= 1 / e(alpha, beta)), one Miller loop.
 
     L = ic[0] + sum scalars[i] ic[i+1] is computed here; `fixed_coeffs` holds the prepared
     lines of gamma and delta; B's lines are prepared on the fly. neg_a, c1: (2, N) affine,
-    b2: (4, N) affine; none of them is infinity (the caller checks).
+    b2: (4, N) affine; a pair whose `*_live` flag is False (a point at infinity) contributes 1.
     """
     n = len(F[0])
     W = np.zeros((NUM_CONST_ROWS + 3 * (1 << window) + 512, n), np.uint64)
@@ -1328,21 +1432,25 @@ def groth16_kernel(K, ic, ic_infinity, scalars, nbits, window, neg_a, b2, c1, fi
         W[l_aff, :n] = ic[0, 0]
         W[l_aff + 1, :n] = ic[0, 1]
         jac_add_affine(W, sp, acc, acc, l_aff, 1, F)
-    l_finite = jac_to_affine(W, sp, l_aff, acc, 1, F)
-    # pairs: (-A, B), (C, delta) and, unless L is infinity, (L, gamma)
-    npairs = 3 if l_finite else 2
+    l_live = jac_to_affine(W, sp, l_aff, acc, 1, F)
+    npairs = int(ab_live) + int(c_live) + int(l_live)
     steps = fixed_coeffs.shape[1]
     Ps = np.empty((npairs, 2, n), np.uint64)
     coeffs = np.empty((npairs, steps, 6, n), np.uint64)
-    Ps[0] = neg_a
-    Ps[1] = c1
-    W[bq : bq + 4] = b2
-    _prepare_g2_into(W, sp, bq, digits, family_bn, coeffs[0], F)
-    coeffs[1] = fixed_coeffs[1]
-    if l_finite:
-        Ps[2, 0] = W[l_aff, :n]
-        Ps[2, 1] = W[l_aff + 1, :n]
-        coeffs[2] = fixed_coeffs[0]
+    k = 0
+    if ab_live:
+        Ps[k] = neg_a
+        W[bq : bq + 4] = b2
+        _prepare_g2_into(W, sp, bq, digits, family_bn, coeffs[k], F)
+        k += 1
+    if l_live:
+        Ps[k, 0] = W[l_aff, :n]
+        Ps[k, 1] = W[l_aff + 1, :n]
+        coeffs[k] = fixed_coeffs[0]
+        k += 1
+    if c_live:
+        Ps[k] = c1
+        coeffs[k] = fixed_coeffs[1]
     _miller_loop(W, sp, f, Ps, coeffs, npairs, digits, family_bn, twist, negative, F)
     _final_exponentiation(W, sp, res, f, u_naf, negative, family_bn, F)
     W[f : f + 12] = target
@@ -1367,16 +1475,15 @@ class PairingEngine:
     def __post_init__(self) -> None:
         c = self.curve
         T = tower(c)
-        n = c.Fq.limbs32
+        n = c.Fq.limbs64
         q = c.q
         set_ = object.__setattr__
         set_(self, "tower", T)
-        P = tuple(np.uint64((q >> (32 * j)) & 0xFFFFFFFF) for j in range(n))
-        pm2 = tuple(np.uint64(((q - 2) >> (32 * j)) & 0xFFFFFFFF) for j in range(n))
-        pinv = np.uint64((-pow(q, -1, 1 << 32)) % (1 << 32))
+        P = tuple(np.uint64((q >> (64 * j)) & MASK64) for j in range(n))
+        pinv = np.uint64((-pow(q, -1, 1 << 64)) % (1 << 64))
         if T.xi[1] != 1:
             raise ValueError(f"{c.name}: the Fq6 non-residue must be k + u, got {T.xi}")
-        set_(self, "F", (P, pinv, np.int64(T.xi[0]), pm2))
+        set_(self, "F", (P, pinv, np.int64(T.xi[0])))
         F2 = c.Fq2
         b3 = F2.mul_scalar(c.G2.b, 3)
         psi_x, psi_y = T.frobenius_coeffs[1][1], T.frobenius_coeffs[1][4]  # xi^((q-1)/3), xi^((q-1)/2)
@@ -1412,10 +1519,10 @@ class PairingEngine:
     # conversions -------------------------------------------------------------------
     def to_mont(self, x: int) -> np.ndarray:
         m = self.curve.Fq.to_mont(x)
-        return np.array([(m >> (32 * j)) & 0xFFFFFFFF for j in range(self.curve.Fq.limbs32)], np.uint64)
+        return np.array([(m >> (64 * j)) & MASK64 for j in range(self.curve.Fq.limbs64)], np.uint64)
 
     def from_mont(self, limbs: np.ndarray) -> int:
-        return self.curve.Fq.from_mont(sum(int(v) << (32 * j) for j, v in enumerate(limbs)))
+        return self.curve.Fq.from_mont(sum(int(v) << (64 * j) for j, v in enumerate(limbs)))
 
     def g1_limbs(self, P: Point) -> np.ndarray:
         return np.stack([self.to_mont(P[0]), self.to_mont(P[1])])
@@ -1438,7 +1545,7 @@ class PairingEngine:
     def miller_loop(self, pairs: list[tuple[Point, Point]]) -> Fq12E:
         """Product of the Miller loops of (P in G1, Q in G2) pairs; infinity pairs contribute 1."""
         live = [(P, Q) for P, Q in pairs if P is not None and Q is not None]
-        n = self.curve.Fq.limbs32
+        n = self.curve.Fq.limbs64
         Ps = np.zeros((len(live), 2, n), np.uint64)
         coeffs = np.zeros((len(live), self.line_steps, 6, n), np.uint64)
         for i, (P, Q) in enumerate(live):
@@ -1472,7 +1579,7 @@ class PairingEngine:
         return bool(g2_subgroup_kernel(self.K, self.g2_limbs(Q), self.param_naf, self.family_bn, self.F))
 
     def g1_msm(self, points: list[Point], scalars: list[int]) -> Point:
-        n = self.curve.Fq.limbs32
+        n = self.curve.Fq.limbs64
         arr = np.zeros((len(points), 2, n), np.uint64)
         inf = np.zeros(len(points), np.bool_)
         for i, P in enumerate(points):
@@ -1487,12 +1594,9 @@ class PairingEngine:
 
 
 def scalar_limbs(scalars: list[int]) -> np.ndarray:
-    """Scalars below 2^256 as rows of eight 32-bit limbs (standard form)."""
-    out = np.zeros((len(scalars), 8), np.uint64)
-    for i, s in enumerate(scalars):
-        for j in range(8):
-            out[i, j] = (s >> (32 * j)) & 0xFFFFFFFF
-    return out
+    """Scalars in [0, 2^256) as rows of four 64-bit limbs (standard form)."""
+    raw = b"".join(s.to_bytes(32, "little") for s in scalars)
+    return np.frombuffer(raw, "<u8").reshape(len(scalars), 4).copy()
 
 
 @cache

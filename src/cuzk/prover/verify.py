@@ -1,0 +1,169 @@
+"""Groth16 verification as snarkjs checks it, on the numba pairing.
+
+A proof (A, B, C) is valid for public signals s when
+
+    e(-A, B) * e(L, gamma) * e(C, delta) * e(alpha, beta) == 1,   L = IC[0] + sum s_i IC[i+1].
+
+Everything that depends only on the key is done once by :func:`prepare_vkey`: point checks,
+the IC points in limb form, the Miller-loop lines of gamma and delta, and 1/e(alpha, beta).
+That last value is recomputed from alpha and beta, not taken from ``vk_alphabeta_12``
+(snarkjs's verifier ignores it too, so a key with a stale value verifies the same way).
+Each :func:`verify` then runs one numba call: the MSM for L, B's lines, one Miller loop shared
+by the three pairs and one final exponentiation.
+
+Malformed input (wrong curve, wrong signal count, a signal >= r, a point off its curve or
+outside the order-r subgroup) raises :class:`VerifyInputError`; a well-formed proof that
+does not satisfy the equation gives False.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..curves import Curve
+from ..curves.ec import Point
+from ..formats.json_io import VerificationKey
+from ..formats.zkey import ZKey
+from .pairing import PairingEngine, engine, groth16_kernel, msm_window, scalar_limbs
+
+Fq12Json = list[list[list[int]]]
+
+
+class VerifyInputError(ValueError):
+    """The key, the public signals or the proof is malformed (not merely a false proof)."""
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedVerifyingKey:
+    """A checked verification key with its proof-independent pairing work done."""
+
+    vkey: VerificationKey
+    ic: np.ndarray = field(repr=False)  # (n_public + 1, 2, Lq) affine Montgomery limbs
+    ic_infinity: np.ndarray = field(repr=False)  # (n_public + 1,) bool
+    lines: np.ndarray = field(repr=False)  # (2, steps, 6, Lq): Miller-loop lines of gamma, delta
+    target: np.ndarray = field(repr=False)  # (12, Lq): 1 / e(alpha, beta)
+
+    @property
+    def curve(self) -> Curve:
+        return self.vkey.curve
+
+    @property
+    def n_public(self) -> int:
+        return self.vkey.n_public
+
+
+def alphabeta(curve: Curve, alpha1: Point, beta2: Point) -> Fq12Json:
+    """e(alpha1, beta2) as snarkjs writes ``vk_alphabeta_12``: [[[c, c] x3] x2] ints (decimal in JSON)."""
+    e = engine(curve).pairing(alpha1, beta2)
+    return [[list(c) for c in half] for half in e]
+
+
+def vkey_from_zkey(zkey: ZKey) -> VerificationKey:
+    """The verification key snarkjs's ``zkey export verificationkey`` would write (needs the IC points)."""
+    return VerificationKey(
+        curve=zkey.curve,
+        n_public=zkey.n_public,
+        alpha1=zkey.alpha1,
+        beta2=zkey.beta2,
+        gamma2=zkey.gamma2,
+        delta2=zkey.delta2,
+        alphabeta_12=alphabeta(zkey.curve, zkey.alpha1, zkey.beta2),
+        ic=tuple(zkey.ic_points()),
+    )
+
+
+def _check_point(E: PairingEngine, P: object, group: int, what: str, allow_infinity: bool = True) -> Point:
+    """P as a checked affine point of G1 (group 1) or G2 (group 2): coordinates in Fq, on the curve, order r."""
+    curve = E.curve
+    if P is None:
+        if not allow_infinity:
+            raise VerifyInputError(f"{what} is the point at infinity")
+        return None
+    width = 1 if group == 1 else 2
+    try:
+        x, y = P  # type: ignore[misc]
+        coords = [x, y] if width == 1 else [*x, *y]
+    except (TypeError, ValueError):
+        raise VerifyInputError(f"{what}: expected an affine point (x, y) of {curve.name} G{group}") from None
+    if len(coords) != 2 * width or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < curve.q for v in coords):
+        raise VerifyInputError(f"{what}: coordinates must be integers in [0, q) of {curve.name}'s base field")
+    G = curve.G1 if group == 1 else curve.G2
+    if not G.is_on_curve(P):
+        raise VerifyInputError(f"{what} is not on the {curve.name} G{group} curve")
+    if not (E.g1_in_subgroup(P) if group == 1 else E.g2_in_subgroup(P)):
+        raise VerifyInputError(f"{what} is on the curve but not in the order-r subgroup of {curve.name} G{group}")
+    return P
+
+
+def prepare_vkey(vkey: VerificationKey) -> PreparedVerifyingKey:
+    """Check a verification key and precompute its pairing data; reuse the result for every proof."""
+    if isinstance(vkey, PreparedVerifyingKey):
+        return vkey
+    curve = vkey.curve
+    E = engine(curve)
+    n_public = vkey.n_public
+    if isinstance(n_public, bool) or not isinstance(n_public, int) or n_public < 0:
+        raise VerifyInputError(f"verification key: n_public must be a non-negative integer, got {n_public!r}")
+    if len(vkey.ic) != n_public + 1:
+        raise VerifyInputError(f"verification key: n_public = {n_public} needs {n_public + 1} IC points, got {len(vkey.ic)}")
+    alpha = _check_point(E, vkey.alpha1, 1, "vk_alpha_1", allow_infinity=False)
+    beta = _check_point(E, vkey.beta2, 2, "vk_beta_2", allow_infinity=False)
+    gamma = _check_point(E, vkey.gamma2, 2, "vk_gamma_2", allow_infinity=False)
+    delta = _check_point(E, vkey.delta2, 2, "vk_delta_2", allow_infinity=False)
+    n = curve.Fq.limbs64
+    ic = np.zeros((n_public + 1, 2, n), np.uint64)
+    ic_infinity = np.zeros(n_public + 1, np.bool_)
+    for i, P in enumerate(vkey.ic):
+        if _check_point(E, P, 1, f"IC[{i}]") is None:
+            ic_infinity[i] = True
+        else:
+            ic[i] = E.g1_limbs(P)
+    lines = np.stack([E.prepare_g2(gamma), E.prepare_g2(delta)])
+    target = E.fq12_limbs(E.tower.conj(E.pairing(alpha, beta)))  # Gt elements are unitary: conj = inverse
+    return PreparedVerifyingKey(vkey, ic, ic_infinity, lines, target)
+
+
+def _signal_limbs(curve: Curve, n_public: int, public_signals: list[int]) -> tuple[np.ndarray, int]:
+    """Checked public signals as (n, 4) 64-bit limbs (standard form) and their largest bit length."""
+    if len(public_signals) != n_public:
+        raise VerifyInputError(f"the key has {n_public} public signals, got {len(public_signals)}")
+    r = curve.r
+    for i, s in enumerate(public_signals):
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise VerifyInputError(f"public signal #{i}: expected an integer, got {type(s).__name__}")
+        if not 0 <= s < r:
+            raise VerifyInputError(f"public signal #{i}: {s} is outside {curve.name}'s scalar field [0, r)")
+    return scalar_limbs(public_signals), max((s.bit_length() for s in public_signals), default=0)
+
+
+def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int], proof) -> bool:
+    """True iff ``proof`` (anything with ``a``, ``b``, ``c`` and optionally ``curve``) is valid.
+
+    Pass a :class:`PreparedVerifyingKey` when verifying many proofs against one key: a plain
+    :class:`VerificationKey` is prepared on every call (about one extra pairing).
+    """
+    pvk = prepare_vkey(key)
+    curve = pvk.curve
+    E = engine(curve)
+    proof_curve = getattr(proof, "curve", curve)
+    if not isinstance(proof_curve, Curve) or proof_curve.r != curve.r:
+        name = getattr(proof_curve, "name", proof_curve)
+        raise VerifyInputError(f"the proof is for {name} but the key is for {curve.name}")
+    scalars, nbits = _signal_limbs(curve, pvk.n_public, list(public_signals))
+    a = _check_point(E, proof.a, 1, "proof A")
+    b = _check_point(E, proof.b, 2, "proof B")
+    c = _check_point(E, proof.c, 1, "proof C")
+    n = curve.Fq.limbs64
+    ab_live = a is not None and b is not None
+    neg_a = E.g1_limbs(curve.G1.neg(a)) if ab_live else np.zeros((2, n), np.uint64)
+    b2 = E.g2_limbs(b) if ab_live else np.zeros((4, n), np.uint64)
+    c1 = E.g1_limbs(c) if c is not None else np.zeros((2, n), np.uint64)
+    window = msm_window(pvk.n_public, nbits)
+    return bool(
+        groth16_kernel(
+            E.K, pvk.ic, pvk.ic_infinity, scalars, nbits, window, neg_a, b2, c1, ab_live, c is not None,
+            pvk.lines, pvk.target, E.loop_digits, E.param_naf, E.family_bn, E.twist_code, curve.param < 0, E.F,
+        )
+    )  # fmt: skip
