@@ -33,7 +33,7 @@ import numpy as np
 
 from numba import njit
 
-from ..backends.cpu.field import as_u64, field_consts, fp_add, fp_from_mont_vec, fp_mul, fp_mul_tuple, fp_set_zero, fp_sub, fp_to_mont_vec
+from ..backends.cpu.field import FROM_MONT, TO_MONT, as_u64, field_consts, fp_add, fp_mul, fp_mul_tuple, fp_set_zero, fp_sub, fp_unary_vec
 from ..curves import Curve
 from ..formats.r1cs import R1CS, SparseMatrix, write_r1cs
 from ..formats.wtns import write_wtns
@@ -124,9 +124,10 @@ class _Generator:
         out[full] = self.random_elements(int(full.sum()))
         return out
 
-    def _vec(self, kernel, *args: np.ndarray) -> np.ndarray:
-        out = np.empty(args[0].shape, dtype=np.uint32)
-        kernel(*(as_u64(np.ascontiguousarray(a)) for a in args), as_u64(out), self.fc)
+    def _convert(self, values: np.ndarray, op: int) -> np.ndarray:
+        """TO_MONT or FROM_MONT over rows."""
+        out = np.empty(values.shape, dtype=np.uint32)
+        fp_unary_vec(as_u64(np.ascontiguousarray(values)), as_u64(out), op, self.fc)
         return out
 
     # operands ------------------------------------------------------------------------
@@ -139,15 +140,15 @@ class _Generator:
     # layers --------------------------------------------------------------------------
     def run(self) -> SyntheticCircuit:
         inputs = slice(1, self.first_gate_wire)
-        self.values[0] = self._vec(fp_to_mont_vec, self.one[None])[0]
-        self.values[inputs] = self._vec(fp_to_mont_vec, self.random_elements(self.first_gate_wire - 1))
+        self.values[0] = self._convert(self.one[None], TO_MONT)[0]
+        self.values[inputs] = self._convert(self.random_elements(self.first_gate_wire - 1), TO_MONT)
         done = 0
         while done < self.n_constraints:
             base = self.first_gate_wire + done
             size = min(self.n_constraints - done, MAX_LAYER, base)
             self.layer(done, size)
             done += size
-        standard = self._vec(fp_from_mont_vec, self.values)
+        standard = self._convert(self.values, FROM_MONT)
         matrices = [self._matrix(m) for m in "ABC"]
         r1cs = R1CS(None, self.curve, self.n_wires, 0, self.n_public, N_PRIVATE_INPUTS, self.n_wires, self.n_constraints, *matrices, None)
         return SyntheticCircuit(r1cs, standard)

@@ -44,18 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.cpu.field import (
-    as_u32,
-    as_u64,
-    field_consts,
-    fp_add_vec,
-    fp_batch_inv_vec,
-    fp_mul_scalar_vec,
-    fp_mul_vec,
-    fp_powers_vec,
-    fp_sub_vec,
-    to_mont_int,
-)
+from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
@@ -158,6 +147,17 @@ def _fr_row(curve: Curve, value: int, mont: bool) -> np.ndarray:
     return as_u64(ints_to_limbs([value % curve.r], curve.Fr.limbs32))[0]
 
 
+def _with_constant(curve: Curve, op: int, x: np.ndarray, k: np.ndarray, out: np.ndarray, constant_first: bool = False) -> None:
+    """out = x (op) k, or k (op) x, for one element k (uint64 rows), in blocks so the repeated k stays small."""
+    n = x.shape[0]
+    block = np.ascontiguousarray(np.broadcast_to(k, (min(n, CHUNK_POINTS), k.shape[0])))
+    fc = field_consts(curve.Fr)
+    for lo in range(0, n, CHUNK_POINTS):
+        hi = min(n, lo + CHUNK_POINTS)
+        kk = block[: hi - lo]
+        fp_binary_vec(kk if constant_first else x[lo:hi], x[lo:hi] if constant_first else kk, out[lo:hi], op, fc)
+
+
 def lagrange_at(curve: Curve, log_n: int, tau: int, odd_of_double: bool = False) -> np.ndarray:
     """L_c(τ) for c < n = 2^log_n, Montgomery form ``(n, Lr)`` uint32.
 
@@ -170,28 +170,28 @@ def lagrange_at(curve: Curve, log_n: int, tau: int, odd_of_double: bool = False)
     n = 1 << log_n
     size = 2 * n if odd_of_double else n
     xs = np.empty((n, Fr.limbs64), dtype=np.uint64)
-    fp_powers_vec(_fr_row(curve, curve.fr_root_of_unity(log_n), True), xs, fc)
-    if odd_of_double:
-        fp_mul_scalar_vec(xs, _fr_row(curve, curve.fr_root_of_unity(log_n + 1), True), xs, fc)
-    den = np.ascontiguousarray(np.broadcast_to(_fr_row(curve, tau, True), xs.shape))
-    fp_sub_vec(den, xs, den, fc)
+    fp_mul_powers_vec(np.empty((0, Fr.limbs64), np.uint64), _fr_row(curve, curve.fr_root_of_unity(log_n), True), xs, fc)
+    if odd_of_double:  # x_j = ω_2n·ω_n^j
+        _with_constant(curve, MUL, xs, _fr_row(curve, curve.fr_root_of_unity(log_n + 1), True), xs)
+    den = np.empty_like(xs)
+    _with_constant(curve, SUB, xs, _fr_row(curve, tau, True), den, constant_first=True)
     fp_batch_inv_vec(den, den, fc)
-    fp_mul_vec(xs, den, xs, fc)
+    fp_binary_vec(xs, den, xs, MUL, fc)
     scale = (pow(tau, size, curve.r) - 1) * pow(size, -1, curve.r) % curve.r
-    fp_mul_scalar_vec(xs, _fr_row(curve, scale, True), xs, fc)
+    _with_constant(curve, MUL, xs, _fr_row(curve, scale, True), xs)
     return as_u32(xs)
 
 
 def _scaled(curve: Curve, values: np.ndarray, k: int, mont_in: bool) -> np.ndarray:
     """values·k: standard in, standard out (k taken in Montgomery form), or Montgomery in, standard out."""
     out = np.empty(values.shape, dtype=np.uint32)
-    fp_mul_scalar_vec(as_u64(np.ascontiguousarray(values)), _fr_row(curve, k, not mont_in), as_u64(out), field_consts(curve.Fr))
+    _with_constant(curve, MUL, as_u64(np.ascontiguousarray(values)), _fr_row(curve, k, not mont_in), as_u64(out))
     return out
 
 
 def _add(curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(a.shape, dtype=np.uint32)
-    fp_add_vec(as_u64(a), as_u64(b), as_u64(out), field_consts(curve.Fr))
+    fp_binary_vec(as_u64(a), as_u64(b), as_u64(out), ADD, field_consts(curve.Fr))
     return out
 
 
