@@ -20,7 +20,8 @@ few hundred wires (locality, like a circuit's gadgets) and half from anywhere ea
 The witness is computed while the constraints are drawn: constraints come in layers
 whose operands all precede the layer, so each layer is a handful of vectorised field
 operations (field.py kernels, Montgomery form) over its rows. 2^20 constraints take
-seconds; memory is the r1cs itself (~36 bytes per term, about 6 terms per constraint).
+seconds; memory is about twice the r1cs (~36 bytes per term, about 6.5 terms per
+constraint) while the matrices are assembled at the end.
 """
 
 from __future__ import annotations
@@ -149,7 +150,7 @@ class _Generator:
             self.layer(done, size)
             done += size
         standard = self._convert(self.values, FROM_MONT)
-        matrices = [self._matrix(m) for m in "ABC"]
+        matrices = [self._matrix(m) for m in "ABC"]  # each frees its pieces as it is assembled
         r1cs = R1CS(None, self.curve, self.n_wires, 0, self.n_public, N_PRIVATE_INPUTS, self.n_wires, self.n_constraints, *matrices, None)
         return SyntheticCircuit(r1cs, standard)
 
@@ -202,9 +203,9 @@ class _Generator:
 
         a, b, c = (t.arrays(self.L) for t in (A, B, C))
         self._values(kind, new_wire, a, b, c, size)
-        for name, (r, w, v) in zip("ABC", (a, b, c)):
-            self.entries[name][0].append(r + first_row)
-            self.entries[name][1].append(w)
+        for name, (r, w, v) in zip("ABC", (a, b, c)):  # kept compact: 4-byte rows and wires
+            self.entries[name][0].append((r + first_row).astype(np.uint32))
+            self.entries[name][1].append(w.astype(np.uint32))
             self.entries[name][2].append(v)
         self.bits = np.concatenate([self.bits, new_wire[kind == BOOLEAN]])
 
@@ -224,10 +225,10 @@ class _Generator:
         self.values[new_wire] = solved
 
     def _matrix(self, name: str) -> SparseMatrix:
-        rows, wires, coeffs = (np.concatenate(parts) for parts in self.entries[name])
+        rows, wires, coeffs = (np.concatenate(parts) for parts in self.entries.pop(name))
         row_ptr = np.zeros(self.n_constraints + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=self.n_constraints), out=row_ptr[1:])
-        return SparseMatrix(row_ptr, wires.astype(np.uint32), np.ascontiguousarray(coeffs, dtype=np.uint32))
+        return SparseMatrix(row_ptr, wires, np.ascontiguousarray(coeffs, dtype=np.uint32))
 
 
 @njit(cache=True)
