@@ -10,25 +10,55 @@ import subprocess
 import sys
 import textwrap
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import REPO, corpus_dir, load_json, snarkjs_verify
+from cuzk.backends import get_backend
+from cuzk.circuits.synthetic import synthesize, write_synthetic
+from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
 from cuzk.engine.jobs import UnknownJobError
 from cuzk.engine.journal import DataDirLocked, Journal, RequestIdConflict
-from cuzk.backends import get_backend
 from cuzk.engine.workset import working_set
+from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
-from cuzk.formats.zkey import read_zkey_header
+from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.keys.manager import KeyTier, footprint, load_peak
 from cuzk.memory.budget import MemoryBudget
 from cuzk.prover.groth16 import ProvingError
+from cuzk.prover.setup import setup
+from cuzk.prover.verify import vkey_from_zkey
 
 TOY = "toy_multiplier"
-POSEIDON = "poseidon_chain_16"
+SLOW = 900  # seconds an await may take on a cold numba cache (the first proof compiles the kernels); warm, it is well under 1 s
+
+
+@dataclass(frozen=True)
+class Circuit:
+    name: str
+    zkey: Path
+    wtns: Path
+    r1cs: Path
+
+    @property
+    def witness(self) -> bytes:
+        return self.wtns.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def circuits(tmp_path_factory) -> dict[str, Circuit]:
+    """The project's own circuits with test-only keys (no corpus needed): small and larger BN254, small BLS12-381."""
+    out = {}
+    for name, curve, n in (("small", BN254, 40), ("large", BN254, 3000), ("bls", BLS12_381, 40)):
+        d = tmp_path_factory.mktemp(name)
+        r1cs, wtns = write_synthetic(d, synthesize(curve, n, n_public=2, seed=7))
+        setup(r1cs, d / "circuit.zkey")
+        out[name] = Circuit(name, d / "circuit.zkey", wtns, r1cs)
+    return out
 
 
 class Gate:
@@ -54,20 +84,16 @@ class Gate:
         self.opened.set()
 
 
-def sizes(name: str) -> tuple[int, int, int]:
+def sizes(c: Circuit) -> tuple[int, int, int]:
     """(hot key bytes, one job's working set, the key's load peak) as the engine computes them."""
-    header = read_zkey_header(corpus_dir(name) / "circuit.zkey")
+    header = read_zkey_header(c.zkey)
     work = working_set(header, backend=get_backend("cpu")).total_bytes
     return footprint(header, KeyTier.HOT), work, load_peak(header, KeyTier.HOT, EngineConfig(data_dir=".").load_chunk_bytes)
 
 
-def witness_bytes(name: str) -> bytes:
-    return (corpus_dir(name) / "witness.wtns").read_bytes()
-
-
-def unsatisfied_witness(name: str, tmp_path: Path) -> bytes:
-    """The corpus witness with its last (private) signal changed: right shape, wrong values."""
-    w = read_wtns(corpus_dir(name) / "witness.wtns")
+def unsatisfied_witness(c: Circuit, tmp_path: Path) -> bytes:
+    """The witness with its last (private) signal changed: right shape, wrong values."""
+    w = read_wtns(c.wtns)
     values = np.array(w.values)
     values[-1, 0] ^= 1
     path = tmp_path / "bad.wtns"
@@ -76,18 +102,17 @@ def unsatisfied_witness(name: str, tmp_path: Path) -> bytes:
 
 
 @pytest.fixture
-def make_engine(tmp_path):
-    """Engines on a data dir under tmp_path with an explicit budget; stopped at teardown."""
+def make_engine(tmp_path, circuits):
+    """Engines on a data dir under tmp_path with an explicit budget and the small circuit; stopped at teardown."""
     made: list[Engine] = []
 
-    def make(*, budget: int = 1 << 30, circuits=(TOY,), data_dir=None, start=True, **overrides) -> Engine:
+    def make(*, budget: int = 1 << 30, keys=("small",), data_dir=None, start=True, **overrides) -> Engine:
         cfg = dict(backend="cpu", key_idle_evict_s=0, reconcile=False)
         cfg.update(overrides)
-        config = EngineConfig(data_dir=data_dir or tmp_path / "data", **cfg)
-        engine = Engine(config, budget=MemoryBudget(budget))
+        engine = Engine(EngineConfig(data_dir=data_dir or tmp_path / "data", **cfg), budget=MemoryBudget(budget))
         made.append(engine)
-        for name in circuits:
-            engine.register_key(name, corpus_dir(name) / "circuit.zkey")
+        for name in keys:
+            engine.register_key(name, circuits[name].zkey)
         return engine.start() if start else engine
 
     yield make
@@ -95,49 +120,75 @@ def make_engine(tmp_path):
         engine.stop()
 
 
-def test_proof_round_trip_verifies_with_snarkjs(make_engine, tmp_path):
-    engine = make_engine()
-    job_id = engine.submit(TOY, witness_bytes(TOY), Priority.HIGH)
-    record = engine.await_result(job_id, timeout=120)
+def write_result(record, tmp_path: Path) -> tuple[Path, Path]:
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    proof.write_text(json.dumps(record.proof))
+    public.write_text(json.dumps(record.public_signals))
+    return proof, public
+
+
+@pytest.mark.parametrize("name", ["small", "bls"])
+def test_proof_round_trip_verifies_with_snarkjs(make_engine, circuits, tmp_path, name):
+    c = circuits[name]
+    engine = make_engine(keys=(name,))
+    job_id = engine.submit(name, c.witness, Priority.HIGH)
+    record = engine.await_result(job_id, timeout=SLOW)
     assert record.state is JobState.DONE, record.error
-    assert record.public_signals == load_json(corpus_dir(TOY) / "public.json")
+    assert record.public_signals == [str(v) for v in synthesize_public(c)]
     assert set(record.timings) >= {"synthesize", "ntt", "msm", "verify"}
-    (tmp_path / "proof.json").write_text(json.dumps(record.proof))
-    (tmp_path / "public.json").write_text(json.dumps(record.public_signals))
-    assert snarkjs_verify(corpus_dir(TOY) / "verification_key.json", tmp_path / "public.json", tmp_path / "proof.json")
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
     assert engine.get(job_id) == record
     assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0  # everything given back
 
 
-def test_request_id_is_idempotent(make_engine):
+def synthesize_public(c: Circuit) -> list[int]:
+    w = read_wtns(c.wtns)
+    n_public = read_zkey_header(c.zkey).n_public
+    return [int.from_bytes(row.tobytes(), "little") for row in w.values[1 : n_public + 1]]
+
+
+def test_corpus_circuit_through_the_engine(make_engine, tmp_path):
+    d = corpus_dir(TOY)
+    engine = make_engine(keys=())
+    engine.register_key(TOY, d / "circuit.zkey")
+    record = engine.await_result(engine.submit(TOY, (d / "witness.wtns").read_bytes()), timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    assert record.public_signals == load_json(d / "public.json")
+    proof, public = write_result(record, tmp_path)
+    assert snarkjs_verify(d / "verification_key.json", public, proof)
+
+
+def test_request_id_is_idempotent(make_engine, circuits):
     engine = make_engine()
-    w = witness_bytes(TOY)
-    first = engine.submit(TOY, w, request_id="req-1")
-    assert engine.submit(TOY, w, request_id="req-1") == first
-    assert engine.await_result(first, timeout=120).state is JobState.DONE
-    assert engine.submit(TOY, w, request_id="req-1") == first  # still the same after it finished
+    w = circuits["small"].witness
+    first = engine.submit("small", w, request_id="req-1")
+    assert engine.submit("small", w, request_id="req-1") == first
+    assert engine.await_result(first, timeout=SLOW).state is JobState.DONE
+    assert engine.submit("small", w, request_id="req-1") == first  # still the same after it finished
     with pytest.raises(RequestIdConflict):
-        engine.submit(TOY, w[:-32] + bytes(32), request_id="req-1")
+        engine.submit("small", w[:-8] + bytes(8), request_id="req-1")
     assert len(engine.list_jobs()) == 1
 
 
-def test_priority_order_then_fifo(make_engine):
+def test_priority_order_then_fifo(make_engine, circuits):
     engine = make_engine(start=False)
     order: list[str] = []
     engine.add_listener(lambda job_id, state: order.append(job_id) if state is JobState.SYNTHESIZING else None)
-    w = witness_bytes(TOY)
+    w = circuits["small"].witness
     names = {}
     for tag, prio in [("low", "LOW"), ("normal-1", "normal"), ("critical", Priority.CRITICAL), ("high", 2), ("normal-2", "NORMAL")]:
-        names[engine.submit(TOY, w, prio, request_id=tag)] = tag
+        names[engine.submit("small", w, prio, request_id=tag)] = tag
     engine.start()
     for job_id in names:
-        assert engine.await_result(job_id, timeout=120).state is JobState.DONE
+        assert engine.await_result(job_id, timeout=SLOW).state is JobState.DONE
     assert [names[j] for j in order] == ["critical", "high", "normal-1", "normal-2", "low"]
 
 
-def test_cancel_while_queued(make_engine):
+def test_cancel_while_queued(make_engine, circuits):
     engine = make_engine(start=False)
-    job_id = engine.submit(TOY, witness_bytes(TOY))
+    job_id = engine.submit("small", circuits["small"].witness)
     assert engine.cancel(job_id) is True
     record = engine.await_result(job_id, timeout=1)
     assert record.state is JobState.CANCELLED and "queued" in record.error
@@ -147,110 +198,112 @@ def test_cancel_while_queued(make_engine):
 
 
 @pytest.mark.parametrize("stage", [JobState.SYNTHESIZING, JobState.PROVING])
-def test_cancel_while_running_frees_everything_and_the_engine_keeps_serving(make_engine, stage):
+def test_cancel_while_running_frees_everything_and_the_engine_keeps_serving(make_engine, circuits, stage):
     engine = make_engine(start=False)
     gate = Gate(stage)
     engine.add_listener(gate)
     engine.start()
-    job_id = engine.submit(TOY, witness_bytes(TOY))
+    w = circuits["small"].witness
+    job_id = engine.submit("small", w)
     assert gate.wait() == job_id
     assert engine.get(job_id).state is stage
     assert engine.cancel(job_id) is True
     gate.open()
-    record = engine.await_result(job_id, timeout=60)
+    record = engine.await_result(job_id, timeout=SLOW)
     assert record.state is JobState.CANCELLED and stage.value in record.error
-    snap = engine.budget.snapshot()
-    assert snap["by_category"]["working"]["bytes"] == 0
+    assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
     assert engine.status()["keys"][0]["in_use"] == 0
-    assert engine.await_result(engine.submit(TOY, witness_bytes(TOY)), timeout=120).state is JobState.DONE
+    assert engine.await_result(engine.submit("small", w), timeout=SLOW).state is JobState.DONE
 
 
-def test_cancel_while_waiting_for_memory(make_engine):
-    key, work, _ = sizes(TOY)
+def test_cancel_while_waiting_for_memory(make_engine, circuits):
+    key, work, _ = sizes(circuits["small"])
     engine = make_engine(budget=key + work + work // 2, start=False)  # room for one job's working set
     gate = Gate(JobState.PROVING)
     engine.add_listener(gate)
     engine.start()
-    first = engine.submit(TOY, witness_bytes(TOY))
+    w = circuits["small"].witness
+    first = engine.submit("small", w)
     gate.wait()
-    second = engine.submit(TOY, witness_bytes(TOY))
+    second = engine.submit("small", w)
     while engine.budget.snapshot()["waiters"] == 0:  # the second job queues for memory
         threading.Event().wait(0.005)
     assert engine.get(second).state is JobState.QUEUED
     engine.cancel(second)
-    record = engine.await_result(second, timeout=30)
-    assert record.state is JobState.CANCELLED
+    assert engine.await_result(second, timeout=SLOW).state is JobState.CANCELLED
     gate.open()
-    assert engine.await_result(first, timeout=120).state is JobState.DONE
+    assert engine.await_result(first, timeout=SLOW).state is JobState.DONE
 
 
-def test_await_timeout_then_result(make_engine):
+def test_await_timeout_then_result(make_engine, circuits):
     engine = make_engine(start=False)
     gate = Gate(JobState.SYNTHESIZING)
     engine.add_listener(gate)
     engine.start()
-    job_id = engine.submit(TOY, witness_bytes(TOY))
+    job_id = engine.submit("small", circuits["small"].witness)
     gate.wait()
     with pytest.raises(AwaitTimeout, match="synthesizing"):
         engine.await_result(job_id, timeout=0.05)
     gate.open()
-    assert engine.await_result(job_id, timeout=120).state is JobState.DONE
+    assert engine.await_result(job_id, timeout=SLOW).state is JobState.DONE
 
 
-def test_unsatisfied_witness_fails_with_a_reason_and_the_engine_keeps_serving(make_engine, tmp_path):
+def test_unsatisfied_witness_fails_with_a_reason_and_the_engine_keeps_serving(make_engine, circuits, tmp_path):
+    c = circuits["small"]
     engine = make_engine()
-    bad = engine.submit(TOY, unsatisfied_witness(TOY, tmp_path))
-    record = engine.await_result(bad, timeout=120)
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
     assert record.state is JobState.FAILED and record.proof is None
     assert "self-verification" in record.error
     # With the r1cs registered the failing constraint is named before any MSM.
-    engine.register_key(TOY, corpus_dir(TOY) / "circuit.zkey", corpus_dir(TOY) / "circuit.r1cs")
-    record = engine.await_result(engine.submit(TOY, unsatisfied_witness(TOY, tmp_path)), timeout=120)
+    engine.register_key("small", c.zkey, c.r1cs)
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
     assert record.state is JobState.FAILED and "constraint" in record.error
-    good = engine.submit(TOY, witness_bytes(TOY))
-    assert engine.await_result(good, timeout=120).state is JobState.DONE
+    assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
 
 
-def test_mismatched_or_garbage_witness_is_refused_at_submit(make_engine):
-    engine = make_engine(circuits=(TOY, POSEIDON))
+def test_mismatched_or_garbage_witness_is_refused_at_submit(make_engine, circuits):
+    engine = make_engine(keys=("small", "large"))
     with pytest.raises(ProvingError, match="signals"):
-        engine.submit(TOY, witness_bytes(POSEIDON))
+        engine.submit("small", circuits["large"].witness)
+    with pytest.raises(ProvingError, match="bls12381"):
+        engine.submit("small", circuits["bls"].witness)
     with pytest.raises(ValueError, match="wtns"):
-        engine.submit(TOY, b"garbage")
+        engine.submit("small", b"garbage")
     with pytest.raises(ValueError, match="unknown circuit key"):
-        engine.submit("nope", witness_bytes(TOY))
+        engine.submit("nope", circuits["small"].witness)
     with pytest.raises(ValueError, match="priority"):
-        engine.submit(TOY, witness_bytes(TOY), "urgent")
+        engine.submit("small", circuits["small"].witness, "urgent")
     assert engine.list_jobs() == []
 
 
-def test_job_larger_than_the_whole_budget_fails_at_once(make_engine):
-    _, _, key_load = sizes(TOY)
-    engine = make_engine(budget=key_load + 1)  # the key loads, the job cannot fit
-    record = engine.await_result(engine.submit(TOY, witness_bytes(TOY)), timeout=60)
+def test_job_larger_than_the_whole_budget_fails_at_once(make_engine, circuits):
+    _, _, key_load = sizes(circuits["small"])
+    engine = make_engine(budget=key_load + 1)  # the key loads, the job cannot fit beside it
+    record = engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
     assert record.state is JobState.FAILED and "more than the whole budget" in record.error
 
 
-def test_budget_is_never_exceeded_while_several_jobs_run(make_engine):
-    key, work, peak_load = sizes(POSEIDON)
-    budget = max(key + work + work // 2, peak_load)  # one working set at a time
-    engine = make_engine(budget=budget, circuits=(POSEIDON,), synth_workers=2)
-    running = []
+def test_budget_is_never_exceeded_while_several_jobs_run(make_engine, circuits):
+    key, work, key_load = sizes(circuits["large"])
+    budget = max(key + work + work // 2, key_load)  # one working set at a time
+    engine = make_engine(budget=budget, keys=("large",), synth_workers=2, start=False)
+    running: set[str] = set()
     most = [0]
     lock = threading.Lock()
 
     def track(job_id, state):
         with lock:
-            if state in (JobState.SYNTHESIZING,):
-                running.append(job_id)
-            elif state.terminal and job_id in running:
-                running.remove(job_id)
+            if state is JobState.SYNTHESIZING:
+                running.add(job_id)
+            elif state.terminal:
+                running.discard(job_id)
             most[0] = max(most[0], len(running))
 
     engine.add_listener(track)
-    ids = [engine.submit(POSEIDON, witness_bytes(POSEIDON)) for _ in range(3)]
+    engine.start()
+    ids = [engine.submit("large", circuits["large"].witness) for _ in range(3)]
     for job_id in ids:
-        assert engine.await_result(job_id, timeout=300).state is JobState.DONE
+        assert engine.await_result(job_id, timeout=SLOW).state is JobState.DONE
     snap = engine.budget.snapshot()
     assert snap["peak_reserved_bytes"] <= budget
     assert snap["peak_reserved_bytes"] >= key + work  # the jobs really held their reservations
@@ -258,20 +311,33 @@ def test_budget_is_never_exceeded_while_several_jobs_run(make_engine):
     assert snap["reserved_bytes"] == key  # only the (idle, hot) key remains
 
 
-def test_sigkilled_engine_loses_no_job(tmp_path):
+def test_two_circuits_share_a_budget_that_holds_one_key(make_engine, circuits):
+    """Alternating circuits on a budget for one key + one job: each load evicts the other idle key."""
+    sizes_small, sizes_bls = sizes(circuits["small"]), sizes(circuits["bls"])
+    budget = max(k + w for k, w, _ in (sizes_small, sizes_bls)) + min(k for k, _, _ in (sizes_small, sizes_bls)) // 2
+    budget = max(budget, sizes_small[2], sizes_bls[2])
+    engine = make_engine(budget=budget, keys=("small", "bls"))
+    for name in ("small", "bls", "small"):
+        assert engine.await_result(engine.submit(name, circuits[name].witness), timeout=SLOW).state is JobState.DONE
+    keys = {k["name"]: k for k in engine.status()["keys"]}
+    assert keys["small"]["loads"] == 2 and keys["bls"]["evictions"] == 1
+    assert engine.budget.snapshot()["peak_reserved_bytes"] <= budget
+
+
+def test_sigkilled_engine_loses_no_job(circuits, tmp_path):
     """A child engine is SIGKILLed mid-proof; a new engine on the data dir replays and finishes both jobs."""
+    c = circuits["small"]
     data_dir = tmp_path / "data"
-    zkey = corpus_dir(TOY) / "circuit.zkey"
     code = textwrap.dedent(f"""
-        import sys, threading
+        import threading
         from cuzk.engine import Engine, EngineConfig, JobState
         from cuzk.memory.budget import MemoryBudget
         engine = Engine(EngineConfig(data_dir={str(data_dir)!r}, backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
-        engine.register_key("toy", {str(zkey)!r})
+        engine.register_key("small", {str(c.zkey)!r})
         proving = threading.Event()
         engine.add_listener(lambda j, s: (proving.set(), threading.Event().wait()) if s is JobState.PROVING else None)
-        w = open({str(corpus_dir(TOY) / "witness.wtns")!r}, "rb").read()
-        ids = [engine.submit("toy", w, request_id="a"), engine.submit("toy", w, request_id="b")]
+        w = open({str(c.wtns)!r}, "rb").read()
+        ids = [engine.submit("small", w, request_id="a"), engine.submit("small", w, request_id="b")]
         engine.start()
         proving.wait()
         print(*ids, flush=True)
@@ -285,37 +351,39 @@ def test_sigkilled_engine_loses_no_job(tmp_path):
         child.wait()
     assert len(ids) == 2
     states = {r.job_id: r.state for r in Journal(data_dir).list()}
-    assert states[ids[0]] is JobState.PROVING and states[ids[1]] is JobState.QUEUED
+    assert states[ids[0]] is JobState.PROVING  # killed mid-proof
+    assert not states[ids[1]].terminal  # queued, or being synthesized beside it
 
     engine = Engine(EngineConfig(data_dir=data_dir, backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
     try:
-        assert engine.keys.names() == ["toy"]  # the registration survived too
+        assert engine.keys.names() == ["small"]  # the registration survived too
         engine.start()
         for job_id in ids:
-            record = engine.await_result(job_id, timeout=120)
+            record = engine.await_result(job_id, timeout=SLOW)
             assert record.state is JobState.DONE, record.error
         assert engine.get(ids[0]).attempts == 2
     finally:
         engine.stop()
 
 
-def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, tmp_path):
+def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, circuits, tmp_path):
     engine = make_engine(start=False)
-    job_id = engine.submit(TOY, witness_bytes(TOY))
+    w = circuits["small"].witness
+    job_id = engine.submit("small", w)
     with pytest.raises(DataDirLocked):
         Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
     engine.stop()
     with pytest.raises(EngineStopped):
         engine.await_result(job_id, timeout=1)
     with pytest.raises(EngineStopped):
-        engine.submit(TOY, witness_bytes(TOY))
-    again = make_engine(circuits=())
-    assert again.await_result(job_id, timeout=120).state is JobState.DONE
+        engine.submit("small", w)
+    again = make_engine(keys=())  # the key comes back from the journal
+    assert again.await_result(job_id, timeout=SLOW).state is JobState.DONE
 
 
-def test_a_job_that_keeps_killing_the_engine_is_abandoned(make_engine, tmp_path):
+def test_a_job_that_keeps_killing_the_engine_is_abandoned(make_engine, circuits, tmp_path):
     journal = Journal(tmp_path / "data")
-    record, _ = journal.submit(TOY, Priority.NORMAL, witness_bytes(TOY))
+    record, _ = journal.submit("small", Priority.NORMAL, circuits["small"].witness)
     for _ in range(3):
         journal.mark_started(record.job_id)
     journal.close()
@@ -326,24 +394,32 @@ def test_a_job_that_keeps_killing_the_engine_is_abandoned(make_engine, tmp_path)
 
 def test_measured_peak_raises_later_reservations(make_engine):
     engine = make_engine(start=False)
-    estimate = engine.working_set(TOY)
+    estimate = engine.working_set("small")
     assert estimate.measured_bytes is None and estimate.total_bytes == estimate.estimated_bytes
-    engine.record_peak(TOY, estimate.estimated_bytes * 3)
-    raised = engine.working_set(TOY)
+    engine.record_peak("small", estimate.estimated_bytes * 3)
+    raised = engine.working_set("small")
     assert raised.total_bytes == estimate.estimated_bytes * 3 and raised.abc_bytes == estimate.abc_bytes
-    assert engine.record_peak(TOY, 1) == estimate.estimated_bytes * 3  # the largest is kept
-    assert engine.status()["peaks"] == {TOY: estimate.estimated_bytes * 3}
+    assert engine.record_peak("small", 1) == estimate.estimated_bytes * 3  # the largest is kept
+    assert engine.status()["peaks"] == {"small": estimate.estimated_bytes * 3}
 
 
-def test_status_reports_budget_keys_jobs_and_workers(make_engine):
+def test_status_reports_budget_keys_jobs_and_workers(make_engine, circuits):
     engine = make_engine()
-    engine.await_result(engine.submit(TOY, witness_bytes(TOY)), timeout=120)
+    engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
     status = engine.status()
     assert status["running"]
     assert set(status["budget"]["by_category"]) == {"key", "pinned", "working", "transient"}
-    assert status["keys"][0]["name"] == TOY and status["keys"][0]["tier"] == "hot"
+    assert status["keys"][0]["name"] == "small" and status["keys"][0]["tier"] == "hot"
     assert status["jobs"]["by_state"]["done"] == 1
-    kinds = sorted(w["kind"] for w in status["workers"])
-    assert kinds == ["housekeeping", "proving", "synthesis"]
-    assert engine.evict(TOY) > 0 and engine.status()["keys"][0]["tier"] == "cold"
-    assert engine.preload(TOY) == "hot"
+    assert sorted(w["kind"] for w in status["workers"]) == ["housekeeping", "proving", "synthesis"]
+    assert engine.evict("small") > 0 and engine.status()["keys"][0]["tier"] == "cold"
+    assert engine.preload("small") == "hot"
+
+
+def test_engine_config_from_the_daemon_table(tmp_path):
+    cfg = EngineConfig.from_mapping(tmp_path, {"load_chunk_bytes": "8MiB", "verify": False, "synth_workers": 2})
+    assert cfg.load_chunk_bytes == 8 << 20 and cfg.verify is False and cfg.data_dir == tmp_path
+    with pytest.raises(ValueError, match="unknown setting"):
+        EngineConfig.from_mapping(tmp_path, {"nonsense": 1})
+    with pytest.raises(ValueError, match="synth_workers"):
+        EngineConfig(data_dir=tmp_path, synth_workers=0)

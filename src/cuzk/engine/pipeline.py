@@ -210,7 +210,7 @@ class Engine:
         self._listeners: list[Callable[[str, JobState], None]] = []
         self._threads: list[threading.Thread] = []
         self._workers: dict[str, dict[str, Any]] = {}
-        self._started = self._stopping = False
+        self._started = self._stopping = self._closed = False
         self._stop_event = threading.Event()
         self._finished = 0
         self._probe = PeakProbe() if config.measure_peaks else None
@@ -318,6 +318,8 @@ class Engine:
         self.keys.close()
         if self._owns_reconciler and self.reconciler is not None:
             self.reconciler.stop()
+        with self._jobs_lock:
+            self._closed = True
         self.journal.close()
         self._dir_lock.release()
 
@@ -388,7 +390,12 @@ class Engine:
             self._jobs[job.id] = job
         self._queue.push(job.id, job.priority, job.seq, job)
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise EngineStopped("the engine is stopped; its journal is closed (a new engine on the data directory has the jobs)")
+
     def get(self, job_id: str) -> JobRecord:
+        self._check_open()
         record = self.journal.get(job_id)
         if record is None:
             raise UnknownJobError(job_id)
@@ -427,6 +434,7 @@ class Engine:
 
     def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
         """Most recent first; finished jobs stay listed until pruned."""
+        self._check_open()
         return self.journal.list(states=None if states is None else [JobState(s) for s in states], circuit=circuit, limit=limit)
 
     def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
@@ -500,16 +508,20 @@ class Engine:
             except SchedulerClosed:
                 return
             self._slots.release()
-            self._workers[name]["job"] = job_id
+            worker = self._workers[name]
+            worker["job"] = job_id
             try:
-                self._prove(job, backend)
-                self._workers[name]["jobs_done"] += 1
+                result = self._prove(job, backend)
             except BaseException as exc:  # noqa: BLE001
+                worker["job"] = None
                 self._end_with(job, exc)
-            finally:
-                self._workers[name]["job"] = None
+            else:
+                worker["job"] = None
+                worker["jobs_done"] += 1
+                self._finish(job, JobState.DONE, **result)
 
-    def _prove(self, job: _Job, backend) -> None:
+    def _prove(self, job: _Job, backend) -> dict[str, Any]:
+        """Prove and self-verify; returns the result for the journal (resources already released)."""
         self._checkpoint(job)
         self.journal.set_state(job.id, JobState.PROVING)
         self._set_state(job, JobState.PROVING)
@@ -535,7 +547,7 @@ class Engine:
         proof_json = json.loads(proof_to_json(proof))
         public = [str(v) for v in proof.public_signals]
         self._release(job)
-        self._finish(job, JobState.DONE, proof=proof_json, public_signals=public, timings=timings)
+        return {"proof": proof_json, "public_signals": public, "timings": timings}
 
     def _verify(self, lease: KeyLease, proof) -> bool:
         from ..prover.verify import prepare_vkey, verify, vkey_from_zkey
@@ -664,6 +676,7 @@ class Engine:
             jobs_finished=self._finished)
 
     def status(self) -> dict[str, Any]:
+        self._check_open()
         with self._jobs_lock:
             active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
                        "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker}
