@@ -3,11 +3,15 @@
 The estimate follows the prover's own steps (``prover.groth16``), with N = domain size,
 E = bytes per Fr element (n8r), V = number of signals:
 
-- witness: the job's .wtns values, memory-mapped and read in full — V·E;
-- a/b/c phase: A·w and B·w (synthesis), C = A∘B, and while each is interpolated and
-  evaluated on the coset the backend holds up to two more domain vectors at once (the
-  inverse NTT's output and the coset NTT's output before the old vector is dropped) — 5·N·E;
-  the H scalars are computed from these at the end of the phase;
+- witness: the job's .wtns values, memory-mapped and read in full, plus the aligned copy a
+  kernel may take of them — 2·V·E;
+- a/b/c phase: A·w and B·w come from synthesis as two halves of one allocation (2·N·E,
+  freed only when both are), C = A∘B (N·E), and while one vector is interpolated and
+  evaluated on the coset, its inverse-NTT output, the coset-scaled copy and the transform's
+  output exist at once (3·N·E): at worst, transforming B while A's new vector and the old
+  A/B allocation are alive, 7·N·E. Plus the NTT tables the backend keeps per domain
+  (twiddles of both directions, N/2 elements each, and the 8-byte bit-reversal index) —
+  N·E + 8·N. The H scalars are computed from these at the end of the phase;
 - MSM phase: the H scalars (N·E) and the MSM scratch of the largest MSM: the backend's own
   ``msm_scratch_bytes(curve, n, group)`` where it has one, else the CPU Pippenger's bound
   (recoded scalar copy and indices per point, plus bounded per-task bucket sorting space);
@@ -30,7 +34,7 @@ import numba
 
 from ..formats.zkey import ZKeyHeader
 
-ABC_VECTORS = 5  # a, b, c + the two NTT outputs alive at once
+ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
 # CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and coordinates kept per point.
 MSM_TASK_POINTS = 1 << 18
 MSM_COORDS_PER_POINT = 4  # the sorted affine points (x, y) plus the batched-inversion tree's scratch
@@ -69,8 +73,8 @@ def working_set(header: ZKeyHeader, *, backend=None, r1cs_path: str | os.PathLik
         scratch = max(scratch_of(header.curve, V, 2), scratch_of(header.curve, N, 1))
     else:
         scratch = max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
-    abc = ABC_VECTORS * N * E
-    rest = V * E + N * E + scratch
+    abc = ABC_VECTORS * N * E + N * E + 8 * N
+    rest = 2 * V * E + N * E + scratch
     if r1cs_path is not None:
         rest += 2 * os.path.getsize(r1cs_path)
     estimated = abc + rest
