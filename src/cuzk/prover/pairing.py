@@ -34,7 +34,6 @@ squarings and the same exponent as snarkjs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cache
 
 import numpy as np
 from llvmlite import ir
@@ -281,25 +280,9 @@ def fq2_copy(W, o, a, F):
 
 
 @njit(cache=True)
-def fq2_set_zero(W, o, F):
-    fq_set_zero(W, o, F)
-    fq_set_zero(W, o + 1, F)
-
-
-@njit(cache=True)
 def fq2_set_one(W, o, F):
     fq_copy(W, o, K_ONE, F)
     fq_set_zero(W, o + 1, F)
-
-
-@njit(cache=True)
-def fq2_is_zero(W, a, F):
-    return fq_is_zero(W, a, F) and fq_is_zero(W, a + 1, F)
-
-
-@njit(cache=True)
-def fq2_eq(W, a, b, F):
-    return fq_eq(W, a, b, F) and fq_eq(W, a + 1, b + 1, F)
 
 
 @njit(cache=True)
@@ -844,7 +827,7 @@ def _prepare_g2_into(W, sp, Q, digits, family_bn, out, F):
         out[step, :, :] = W[line : line + 6, :n]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def prepare_g2_kernel(K, Q, digits, family_bn, F):
     """Q: (4, N) affine Montgomery (x0, x1, y0, y1) -> (steps, 6, N) line coefficients."""
     n = len(F[0])
@@ -1254,7 +1237,7 @@ def jac_to_affine(W, sp, o, p, deg, F):
 
 
 # ============================================================================ subgroup checks
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def g1_subgroup_kernel(K, P, x_naf, F):
     """BLS12 G1 membership (Bowe): (beta x, y) = [-x^2] P, i.e. [x^2] P = (beta x, -y)."""
     n = len(F[0])
@@ -1270,7 +1253,7 @@ def g1_subgroup_kernel(K, P, x_naf, F):
     return jac_eq_affine(W, sp, t2, expect, 1, F)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def g2_subgroup_kernel(K, Q, u_naf, family_bn, F):
     """G2 membership by the endomorphism psi (eigenvalue q mod r on G2).
 
@@ -1377,7 +1360,7 @@ def msm_window(n_points: int, nbits: int) -> int:
     return min(range(1, 13), key=cost)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def g1_msm_kernel(K, points, infinity, scalars, nbits, window, F):
     """MSM -> (2, N) affine Montgomery and an infinity flag."""
     n = len(F[0])
@@ -1391,7 +1374,7 @@ def g1_msm_kernel(K, points, infinity, scalars, nbits, window, F):
 
 
 # ============================================================================ top-level pairing kernels
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def miller_loop_kernel(K, Ps, coeffs, digits, family_bn, twist, negative, F):
     n = len(F[0])
     W = np.zeros((NUM_CONST_ROWS + 512, n), np.uint64)
@@ -1401,7 +1384,7 @@ def miller_loop_kernel(K, Ps, coeffs, digits, family_bn, twist, negative, F):
     return W[f : f + 12, :n].copy()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def final_exponentiation_kernel(K, f_in, u_naf, u_negative, family_bn, F):
     n = len(F[0])
     W = np.zeros((NUM_CONST_ROWS + 512, n), np.uint64)
@@ -1412,7 +1395,7 @@ def final_exponentiation_kernel(K, f_in, u_naf, u_negative, family_bn, F):
     return W[f + 12 : f + 24, :n].copy()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def groth16_kernel(K, ic, ic_infinity, scalars, nbits, window, neg_a, b2, c1, ab_live, c_live, fixed_coeffs, target, digits, u_naf, family_bn, twist, negative, F):
     """e(-A, B) e(L, gamma) e(C, delta) == target (= 1 / e(alpha, beta)), one Miller loop.
 
@@ -1599,6 +1582,12 @@ def scalar_limbs(scalars: list[int]) -> np.ndarray:
     return np.frombuffer(raw, "<u8").reshape(len(scalars), 4).copy()
 
 
-@cache
+_engines: dict[str, PairingEngine] = {}
+
+
 def engine(curve: Curve) -> PairingEngine:
-    return PairingEngine(curve)
+    """The curve's engine, built once (a dict by name: hashing a Curve costs more than a verify's Python work)."""
+    found = _engines.get(curve.name)
+    if found is None:
+        found = _engines[curve.name] = PairingEngine(curve)
+    return found

@@ -18,6 +18,7 @@ does not satisfy the equation gives False.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -130,12 +131,15 @@ def _signal_limbs(curve: Curve, n_public: int, public_signals: list[int]) -> tup
     if len(public_signals) != n_public:
         raise VerifyInputError(f"the key has {n_public} public signals, got {len(public_signals)}")
     r = curve.r
+    values = []
     for i, s in enumerate(public_signals):
-        if isinstance(s, bool) or not isinstance(s, int):
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
             raise VerifyInputError(f"public signal #{i}: expected an integer, got {type(s).__name__}")
+        s = int(s)
         if not 0 <= s < r:
             raise VerifyInputError(f"public signal #{i}: {s} is outside {curve.name}'s scalar field [0, r)")
-    return scalar_limbs(public_signals), max((s.bit_length() for s in public_signals), default=0)
+        values.append(s)
+    return scalar_limbs(values), max((s.bit_length() for s in values), default=0)
 
 
 def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int], proof) -> bool:
