@@ -274,8 +274,10 @@ class CudaBackend:
         words = self._point_words(curve, group)
         reservation = self.vram.reserve(n * words * 4, f"{curve.name} {group.upper()} bases ({n} points)")
         try:
-            host = np.ascontiguousarray(bases).reshape(n, words)
-            points = self.runtime.to_device(host) if isinstance(bases, np.ndarray) else self.xp.ascontiguousarray(bases).reshape(n, words)
+            if isinstance(bases, np.ndarray):
+                points = self.runtime.to_device(np.ascontiguousarray(bases).reshape(n, words))
+            else:
+                points = self.xp.ascontiguousarray(bases).reshape(n, words)
         except BaseException:
             reservation.release()
             raise
@@ -316,7 +318,7 @@ class CudaBackend:
         windows = -(-(curve.r.bit_length() + 1) // c)
         point_bytes = self._point_words(curve, group) * 4
         sum_bytes = 2 * point_bytes
-        per_point = SCALAR_LIMBS * 4 + 8 * windows + 2 * (sum_bytes + 4) * windows // PARTIAL_CHUNK
+        per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // PARTIAL_CHUNK
         per_point += 0 if resident else point_bytes
         return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
 
@@ -388,21 +390,24 @@ class CudaBackend:
         first_bad = xp.full(1, 0xFFFFFFFF, dtype=np.uint32)
         grid = -(-n // THREADS)
         rt.launch(mod, "msm_count", grid, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), counts, first_bad))
-        ends = xp.cumsum(counts, dtype=np.uint32)
+        self._phase("count")
+        offsets = xp.zeros(keys_total + 1, dtype=np.uint32)
+        xp.cumsum(counts, dtype=np.uint32, out=offsets[1:])
         bad = int(first_bad[0])
         if bad != 0xFFFFFFFF:
             raise ScalarOutOfRangeError(offset + bad, curve)
-        count = int(ends[-1])
+        count = int(offsets[-1])
         if count == 0:
             self._marks.clear()
             return None
-        cursor = ends - counts
-        del counts, ends
+        cursor = offsets[:-1].copy()
+        del counts
         entries = xp.empty(count, dtype=np.uint32)
-        keys = xp.empty(count, dtype=np.uint32)
-        rt.launch(mod, "msm_scatter", grid, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), cursor, entries, keys))
+        self._phase("scan")
+        for window in range(windows):
+            rt.launch(mod, "msm_scatter", grid, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(window), cursor, entries))
         del cursor
-        self._phase("sort")
+        self._phase("scatter")
 
         sums = xp.zeros((keys_total, sum_words), dtype=np.uint32)
         chunk_len = max(8, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
@@ -410,8 +415,8 @@ class CudaBackend:
         partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
         partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_accumulate_bases", self._grid(chunks), THREADS,
-                  (keys, entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
-        del entries, keys
+                  (offsets, np.uint32(keys_total), entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
+        del entries, offsets
         self._phase("accumulate")
         while True:
             live = xp.flatnonzero(partial_keys != NO_KEY)
@@ -428,7 +433,7 @@ class CudaBackend:
         self._phase("partials")
 
         log_b = c - 1
-        log_g = min(log_b, max(4, (keys_total >> 16).bit_length() - 1))
+        log_g = min(log_b, max(3, (keys_total >> 16).bit_length() - 1))  # ≈ 2^16 threads, at least 8 buckets each
         per_window = 1 << (log_b - log_g)
         segments = xp.empty((windows * per_window, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_window_segments", self._grid(windows * per_window), THREADS,

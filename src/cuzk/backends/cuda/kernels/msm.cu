@@ -6,8 +6,9 @@
 // 1. msm_count / msm_scatter: each scalar is cut into signed base-2^c digits
 //    (digit in (-2^(c-1), 2^(c-1)]); a non-zero digit d of window w is an entry
 //    (point index, sign of d) under the key w·2^(c-1) + |d| - 1. A counting sort places
-//    the entries grouped by key. Zero digits make no entry, so the 0s and 1s that fill
-//    circom witnesses cost (almost) nothing.
+//    the entries grouped by key; the keys themselves are not stored, the bucket offsets
+//    (the scan of the counts) say where each key's entries are. Zero digits make no
+//    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing.
 // 2. msm_accumulate_*: the sorted entries are cut into equal chunks, one per thread, so a
 //    bucket holding millions of entries (all the witness's 1s) is spread over many
 //    threads. A run of one key that is a whole bucket is written to `sums`; runs cut by a
@@ -22,7 +23,7 @@
 #define NO_KEY 0xFFFFFFFFu
 #define SIGN_BIT 0x80000000u
 
-struct Scalar {
+struct alignas(16) Scalar {
     u32 v[SCALAR_LIMBS];
 };
 
@@ -48,15 +49,19 @@ CUZK_HD i32 signed_digit(const Scalar& s, u32 w, u32 c, u32& carry) {
     return (i32)d;
 }
 
-// atomicAdd(&counters[key], 1) for every active lane, one atomic per distinct key in the
-// warp (a sparse witness sends most lanes to the same key). All 32 lanes must call it.
+// atomicAdd(&counters[key], 1) for every active lane; the lanes sharing the first active
+// lane's key (a sparse witness sends most lanes to one key) share one atomic. Cheaper than
+// grouping every key (__match_any_sync), which dense random scalars never profit from.
+// All 32 lanes must call it.
 __device__ __forceinline__ u32 warp_increment(u32* counters, u32 key, bool active) {
 #ifdef __CUDA_ARCH__
     const u32 mask = __ballot_sync(0xFFFFFFFFu, active);
     if (!active) return 0;
-    const u32 peers = __match_any_sync(mask, key);
+    const u32 leader = __ffs(mask) - 1;
+    const u32 leader_key = __shfl_sync(mask, key, leader);
+    const u32 peers = __ballot_sync(mask, key == leader_key);
+    if (key != leader_key) return atomicAdd(&counters[key], 1);
     const u32 lane = threadIdx.x & 31;
-    const u32 leader = __ffs(peers) - 1;
     u32 base = 0;
     if (lane == leader) base = atomicAdd(&counters[key], __popc(peers));
     base = __shfl_sync(peers, base, leader);
@@ -67,9 +72,10 @@ __device__ __forceinline__ u32 warp_increment(u32* counters, u32 key, bool activ
 }
 
 CUZK_HD Scalar load_scalar(const u32* scalars, u64 i, u64 n) {
-    Scalar s;
-    for (int l = 0; l < SCALAR_LIMBS; l++) s.v[l] = i < n ? scalars[i * SCALAR_LIMBS + l] : 0;
-    return s;
+    if (i < n) return reinterpret_cast<const Scalar*>(scalars)[i];
+    Scalar zero;
+    for (int l = 0; l < SCALAR_LIMBS; l++) zero.v[l] = 0;
+    return zero;
 }
 
 // counts[key] += number of entries with that key; first_bad = least index of a scalar >= r.
@@ -91,23 +97,21 @@ CUZK_KERNEL void msm_count(const u32* scalars, u64 n, u32 c, u32 windows, u32* c
     }
 }
 
-// Places every entry at cursor[key]++ (cursor starts as the exclusive scan of counts).
-CUZK_KERNEL void msm_scatter(const u32* scalars, u64 n, u32 c, u32 windows, u32* cursor, u32* entries, u32* keys) {
+// Places window `window`'s entries at cursor[key]++ (cursor starts as the exclusive scan of
+// counts). One window per launch: its entries fill one contiguous stretch of `entries`, so
+// the scattered 4-byte writes of a launch stay within a region the L2 cache can hold.
+CUZK_KERNEL void msm_scatter(const u32* scalars, u64 n, u32 c, u32 window, u32* cursor, u32* entries) {
     CUZK_THREADS(tid) {
         const u64 i = CUZK_GLOBAL_INDEX(tid);
         const Scalar s = load_scalar(scalars, i, n);
         const bool live = i < n && below_r(s);
         u32 carry = 0;
-        for (u32 w = 0; w < windows; w++) {
-            const i32 d = signed_digit(s, w, c, carry);
-            const u32 key = (w << (c - 1)) + (u32)(d < 0 ? -d : d) - 1;
-            const bool active = live && d != 0;
-            const u32 pos = warp_increment(cursor, key, active);
-            if (active) {
-                entries[pos] = (u32)i | (d < 0 ? SIGN_BIT : 0);
-                keys[pos] = key;
-            }
-        }
+        i32 d = 0;
+        for (u32 w = 0; w <= window; w++) d = signed_digit(s, w, c, carry);
+        const u32 key = (window << (c - 1)) + (u32)(d < 0 ? -d : d) - 1;
+        const bool active = live && d != 0;
+        const u32 pos = warp_increment(cursor, key, active);
+        if (active) entries[pos] = (u32)i | (d < 0 ? SIGN_BIT : 0);
     }
 }
 
@@ -138,14 +142,9 @@ struct BaseEntries {
     }
 };
 
-struct PartialEntries {
-    const Sum* points;
-    CUZK_HD Sum add(const Sum& acc, u64 i) const { return acc.add(points[i]); }
-};
-
-template <class Entries>
-CUZK_HD void accumulate_chunk(const u32* keys, const Entries& src, u64 count, u32 chunk_len, Sum* sums,
-                              u32* partial_keys, Sum* partial_sums, u64 chunk) {
+// Levels >= 1: partial sums with their keys stored alongside.
+CUZK_HD void accumulate_partials_chunk(const u32* keys, const Sum* points, u64 count, u32 chunk_len, Sum* sums,
+                                       u32* partial_keys, Sum* partial_sums, u64 chunk) {
     const u64 start = chunk * chunk_len;
     const u64 end = start + chunk_len < count ? start + chunk_len : count;
     partial_keys[2 * chunk] = NO_KEY;
@@ -161,18 +160,49 @@ CUZK_HD void accumulate_chunk(const u32* keys, const Entries& src, u64 count, u3
             run = i;
             acc = Sum::infinity();
         }
-        acc = src.add(acc, i);
+        acc = acc.add(points[i]);
     }
     emit_run(keys, count, start, run, end - 1, k, acc, sums, partial_keys, partial_sums, chunk);
 }
 
-CUZK_KERNEL void msm_accumulate_bases(const u32* keys, const u32* entries, const Point* bases, u64 count,
+// The key (bucket) of sorted entry i: the k with offsets[k] <= i < offsets[k + 1].
+CUZK_HD u32 bucket_of(const u32* offsets, u32 keys_total, u64 i) {
+    u32 lo = 0, hi = keys_total;  // offsets[lo] <= i < offsets[hi]
+    while (hi - lo > 1) {
+        const u32 mid = lo + (hi - lo) / 2;
+        if (offsets[mid] <= i) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Level 0: the entries, sorted by key, with the keys given by the bucket offsets (the
+// exclusive scan of the counts, keys_total + 1 values) rather than stored per entry.
+CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases, u64 count,
                                       u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
     CUZK_THREADS(tid) {
         const u64 chunk = CUZK_GLOBAL_INDEX(tid);
-        if (chunk * chunk_len >= count) continue;
+        const u64 start = chunk * chunk_len;
+        if (start >= count) continue;
+        const u64 end = start + chunk_len < count ? start + chunk_len : count;
         const BaseEntries src = {entries, bases};
-        accumulate_chunk(keys, src, count, chunk_len, sums, partial_keys, partial_sums, chunk);
+        partial_keys[2 * chunk] = NO_KEY;
+        partial_keys[2 * chunk + 1] = NO_KEY;
+        u64 i = start;
+        while (i < end) {
+            const u32 k = bucket_of(offsets, keys_total, i);
+            const u64 first = offsets[k], stop = offsets[k + 1];
+            const u64 run_end = stop < end ? stop : end;
+            Sum acc = Sum::infinity();
+            for (; i < run_end; i++) acc = src.add(acc, i);
+            if (first >= start && stop <= end) {
+                sums[k] = acc;
+            } else {
+                const u64 slot = 2 * chunk + (first < start ? 0 : 1);
+                partial_keys[slot] = k;
+                partial_sums[slot] = acc;
+            }
+        }
     }
 }
 
@@ -181,8 +211,7 @@ CUZK_KERNEL void msm_accumulate_partials(const u32* keys, const Sum* points, u64
     CUZK_THREADS(tid) {
         const u64 chunk = CUZK_GLOBAL_INDEX(tid);
         if (chunk * chunk_len >= count) continue;
-        const PartialEntries src = {points};
-        accumulate_chunk(keys, src, count, chunk_len, sums, partial_keys, partial_sums, chunk);
+        accumulate_partials_chunk(keys, points, count, chunk_len, sums, partial_keys, partial_sums, chunk);
     }
 }
 
