@@ -11,16 +11,23 @@ needs 32 multiplies instead of 128; measured on this machine a BN254 multiplicat
 costs ~26 ns against ~127 ns for the 32-bit version.
 
 Why the modulus is a tuple and not an array: ``FieldConsts`` carries the modulus as a
-``UniTuple(uint64, N)``, so numba compiles one specialisation per limb count (4 for both
-Fr and BN254's Fq, 6 for BLS12-381's Fq) in which N is a compile-time constant. LLVM
-then unrolls the limb loops and keeps the per-call scratch (a stack array, see
-``_stack_array``) in registers; with N read from an array at run time the same code is
-2× slower. One kernel source still serves all four moduli.
+``UniTuple(uint64, N)``, so the limb count (4 for both Fr and BN254's Fq, 6 for
+BLS12-381's Fq) is part of the type and the arithmetic is generated fully unrolled for
+it; with N read from an array at run time the same code is 2× slower. One kernel source
+still serves all four moduli.
 
-Per-element functions (``fp_*``, ``fp2_*`` and the generic ``fe_*``) take 1-D uint64
-rows (Fp) or ``(2, N)`` blocks (Fp2 = Fp[u]/(u² + 1)) and write into ``out``, which may
-alias an input. They are meant to be called from other ``@njit`` kernels. The ``*_vec``
-kernels are the parallel array versions.
+Why the element operations are LLVM intrinsics rather than @njit functions: numba
+compiles every jitted helper separately and re-optimises its whole call tree inside each
+caller, and inlining at numba-IR level is slower still; point formulas written over
+jitted field helpers took minutes to compile. The ``fe_*`` intrinsics emit a few wide-
+integer instructions (add, sub, neg: an N-limb row is loaded as one i(64N) integer) or a
+call to one out-of-line function per module (Montgomery product, Fp2 product and square,
+inversion), so a kernel compiles in about a second.
+
+Per-element operations take 1-D uint64 rows (Fp) or ``(2, N)`` blocks (Fp2 =
+Fp[u]/(u² + 1)), C-contiguous, and write into ``out``, which may alias an input; they
+are for use inside ``@njit`` kernels. ``fp_*`` names are the same operations spelled for
+code that only handles rows. The ``*_vec`` kernels are the parallel array versions.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from ...curves.field import PrimeField
 
@@ -80,177 +87,477 @@ def as_u32(a: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------
-# LLVM intrinsics: the 128-bit product and stack scratch that numba cannot express.
+# LLVM IR generation. Values are wide integers: an N-limb element is one i(64N) value
+# (little-endian limbs = the integer's bytes), which LLVM splits back into registers.
+
+_I64 = ir.IntType(64)
+_I128 = ir.IntType(128)
 
 
-def _row_args_ok(*arrays) -> bool:
-    return all(isinstance(a, types.Array) and a.dtype == types.uint64 and a.ndim == 1 and a.layout == "C" for a in arrays)
-
-
-def _load_wide(context, builder, arrty, value, n_limbs: int, width: int):
-    """An N-limb row as one little-endian integer of ``width`` bits (LLVM splits it back into registers)."""
-    data = context.make_array(arrty)(context, builder, value=value).data
-    row = builder.load(builder.bitcast(data, ir.IntType(64 * n_limbs).as_pointer()), align=8)
-    return builder.zext(row, ir.IntType(width)) if width > 64 * n_limbs else row
-
-
-def _store_wide(context, builder, arrty, value, wide, n_limbs: int) -> None:
-    data = context.make_array(arrty)(context, builder, value=value).data
-    narrow = builder.trunc(wide, ir.IntType(64 * n_limbs)) if wide.type.width > 64 * n_limbs else wide
-    builder.store(narrow, builder.bitcast(data, ir.IntType(64 * n_limbs).as_pointer()), align=8)
-
-
-def _tuple_wide(builder, tup, n_limbs: int, width: int):
-    acc = ir.Constant(ir.IntType(width), 0)
-    for j in range(n_limbs):
-        limb = builder.zext(builder.extract_value(tup, j), ir.IntType(width))
-        acc = builder.or_(acc, builder.shl(limb, ir.Constant(ir.IntType(width), 64 * j)))
-    return acc
-
-
-@intrinsic
-def _ir_add(typingctx, a, b, out, p):
-    """out = a + b mod p as wide-integer IR: add, trial subtraction, select (no branches)."""
-    if not (_row_args_ok(a, b, out) and isinstance(p, types.UniTuple)):
+def _element_ndim(*arrays) -> int | None:
+    """1 (Fp rows) or 2 (Fp2 blocks) when all arrays are C-contiguous uint64 of that rank."""
+    ndims = {a.ndim for a in arrays if isinstance(a, types.Array) and a.dtype == types.uint64 and a.layout == "C"}
+    if len(ndims) != 1 or len([a for a in arrays if isinstance(a, types.Array)]) != len(arrays):
         return None
-    n = p.count
-    width = 64 * n + 64
-
-    def codegen(context, builder, signature, args):
-        va, vb, vout, vp = args
-        total = builder.add(_load_wide(context, builder, a, va, n, width), _load_wide(context, builder, b, vb, n, width))
-        modulus = _tuple_wide(builder, vp, n, width)
-        reduced = builder.select(builder.icmp_unsigned(">=", total, modulus), builder.sub(total, modulus), total)
-        _store_wide(context, builder, out, vout, reduced, n)
-        return context.get_dummy_value()
-
-    return types.void(a, b, out, p), codegen
+    ndim = ndims.pop()
+    return ndim if ndim in (1, 2) else None
 
 
-@intrinsic
-def _ir_sub(typingctx, a, b, out, p):
-    """out = a - b mod p: subtract, add p back where it borrowed."""
-    if not (_row_args_ok(a, b, out) and isinstance(p, types.UniTuple)):
-        return None
-    n = p.count
-    width = 64 * n
-
-    def codegen(context, builder, signature, args):
-        va, vb, vout, vp = args
-        x = _load_wide(context, builder, a, va, n, width)
-        y = _load_wide(context, builder, b, vb, n, width)
-        diff = builder.sub(x, y)
-        fixed = builder.add(diff, _tuple_wide(builder, vp, n, width))
-        _store_wide(context, builder, out, vout, builder.select(builder.icmp_unsigned("<", x, y), fixed, diff), n)
-        return context.get_dummy_value()
-
-    return types.void(a, b, out, p), codegen
+def _limbs_of(fc) -> int | None:
+    """N for a FieldConsts type."""
+    if isinstance(fc, types.BaseNamedTuple) and len(fc) == 5 and isinstance(fc[0], types.UniTuple):
+        return fc[0].count
+    return None
 
 
-@intrinsic
-def _ir_neg(typingctx, a, out, p):
-    """out = -a mod p (0 stays 0)."""
-    if not (_row_args_ok(a, out) and isinstance(p, types.UniTuple)):
-        return None
-    n = p.count
-    width = 64 * n
-
-    def codegen(context, builder, signature, args):
-        va, vout, vp = args
-        x = _load_wide(context, builder, a, va, n, width)
-        negated = builder.sub(_tuple_wide(builder, vp, n, width), x)
-        zero = ir.Constant(ir.IntType(width), 0)
-        _store_wide(context, builder, out, vout, builder.select(builder.icmp_unsigned("==", x, zero), zero, negated), n)
-        return context.get_dummy_value()
-
-    return types.void(a, out, p), codegen
+def _data_ptr(context, builder, arrty, value):
+    return context.make_array(arrty)(context, builder, value=value).data
 
 
-def _mont_mul_function(module: ir.Module, n: int) -> ir.Function:
-    """``void cuzk_mont_mul_N(i64* a, i64* b, i64* out, i64 p_0..p_{N-1}, i64 pinv)`` in ``module``.
+class _Arith:
+    """Emits modular arithmetic on i(64N) values for one modulus (given as N i64 values)."""
 
-    CIOS Montgomery multiplication, fully unrolled on SSA values with 64×64→128-bit
-    products. Defined once per LLVM module and kept out of line (noinline, linkonce_odr):
-    inlining ~800 instructions at every call site made numba's compile times explode.
+    def __init__(self, builder: ir.IRBuilder, p_limbs: list, pinv=None):
+        self.b = builder
+        self.n = len(p_limbs)
+        self.w = ir.IntType(64 * self.n)
+        self.w1 = ir.IntType(64 * self.n + 64)
+        self.p_limbs = p_limbs
+        self.pinv = pinv
+        self.p = self.join(p_limbs)
+
+    @classmethod
+    def from_consts(cls, builder, fc_value, n: int) -> "_Arith":
+        p_tuple = builder.extract_value(fc_value, 0)
+        return cls(builder, [builder.extract_value(p_tuple, j) for j in range(n)], builder.extract_value(fc_value, 1))
+
+    def join(self, limbs):
+        acc = ir.Constant(self.w, 0)
+        for j, limb in enumerate(limbs):
+            acc = self.b.or_(acc, self.b.shl(self.b.zext(limb, self.w), ir.Constant(self.w, 64 * j)))
+        return acc
+
+    def part(self, ptr, k: int):
+        """Pointer to coefficient k (0 or 1) of an element at i64* ``ptr``, as i(64N)*."""
+        at = self.b.gep(ptr, [ir.Constant(_I64, k * self.n)]) if k else ptr
+        return self.b.bitcast(at, self.w.as_pointer())
+
+    def load(self, ptr, k: int = 0):
+        return self.b.load(self.part(ptr, k), align=8)
+
+    def store(self, ptr, k: int, value) -> None:
+        self.b.store(value, self.part(ptr, k), align=8)
+
+    def add(self, x, y):
+        b = self.b
+        total = b.add(b.zext(x, self.w1), b.zext(y, self.w1))
+        p1 = b.zext(self.p, self.w1)
+        return b.trunc(b.select(b.icmp_unsigned(">=", total, p1), b.sub(total, p1), total), self.w)
+
+    def sub(self, x, y):
+        b = self.b
+        diff = b.sub(x, y)
+        return b.select(b.icmp_unsigned("<", x, y), b.add(diff, self.p), diff)
+
+    def neg(self, x):
+        b = self.b
+        zero = ir.Constant(self.w, 0)
+        return b.select(b.icmp_unsigned("==", x, zero), zero, b.sub(self.p, x))
+
+    def call(self, fn, *ptrs, extra=()):
+        self.b.call(fn, list(ptrs) + list(self.p_limbs) + [self.pinv] + list(extra))
+
+    def scratch(self, count: int):
+        """``count`` element slots (i64*) in the current function's entry block."""
+        slot = cgutils.alloca_once(self.b, ir.ArrayType(_I64, self.n), size=count)
+        base = self.b.bitcast(slot, _I64.as_pointer())
+        return [self.b.gep(base, [ir.Constant(_I64, i * self.n)]) for i in range(count)]
+
+
+def _out_of_line(module: ir.Module, name: str, n_ptrs: int, n: int, n_extra: int, body) -> ir.Function:
+    """``void name(i64* x n_ptrs, i64 p_0..p_{N-1}, i64 pinv, i64 x n_extra)``, defined once per module.
+
+    noinline + linkonce_odr: one copy per module, called from every use site.
     """
-    name = f"cuzk_mont_mul_{n}"
     existing = module.globals.get(name)
     if existing is not None:
         return existing
-    i64, i128 = ir.IntType(64), ir.IntType(128)
-    fnty = ir.FunctionType(ir.VoidType(), [i64.as_pointer()] * 3 + [i64] * (n + 1))
+    fnty = ir.FunctionType(ir.VoidType(), [_I64.as_pointer()] * n_ptrs + [_I64] * (n + 1 + n_extra))
     fn = ir.Function(module, fnty, name=name)
     fn.linkage = "linkonce_odr"
     fn.attributes.add("noinline")
     fn.attributes.add("nounwind")
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    pa, pb, pout = fn.args[:3]
-    p = list(fn.args[3 : 3 + n])
-    pinv = fn.args[3 + n]
-    a = [builder.load(builder.gep(pa, [ir.Constant(i64, j)]), align=8) for j in range(n)]
-    b = [builder.load(builder.gep(pb, [ir.Constant(i64, j)]), align=8) for j in range(n)]
-    shift = ir.Constant(i128, 64)
-
-    def mac(x, y, acc, carry):
-        full = builder.add(builder.add(builder.mul(builder.zext(x, i128), builder.zext(y, i128)), builder.zext(acc, i128)), builder.zext(carry, i128))
-        return builder.trunc(full, i64), builder.trunc(builder.lshr(full, shift), i64)
-
-    def add2(x, y):
-        full = builder.add(builder.zext(x, i128), builder.zext(y, i128))
-        return builder.trunc(full, i64), builder.trunc(builder.lshr(full, shift), i64)
-
-    zero = ir.Constant(i64, 0)
-    t = [zero] * (n + 2)
-    for i in range(n):
-        carry = zero
-        for j in range(n):
-            t[j], carry = mac(a[j], b[i], t[j], carry)
-        t[n], t[n + 1] = add2(t[n], carry)
-        m = builder.mul(t[0], pinv)
-        _, carry = mac(m, p[0], t[0], zero)
-        for j in range(1, n):
-            t[j - 1], carry = mac(m, p[j], t[j], carry)
-        t[n - 1], hi = add2(t[n], carry)
-        t[n] = builder.add(t[n + 1], hi)
-    width = 64 * n + 64
-    wide_t = ir.Constant(ir.IntType(width), 0)
-    wide_p = ir.Constant(ir.IntType(width), 0)
-    for j in range(n + 1):
-        sh = ir.Constant(ir.IntType(width), 64 * j)
-        wide_t = builder.or_(wide_t, builder.shl(builder.zext(t[j], ir.IntType(width)), sh))
-        if j < n:
-            wide_p = builder.or_(wide_p, builder.shl(builder.zext(p[j], ir.IntType(width)), sh))
-    reduced = builder.select(builder.icmp_unsigned(">=", wide_t, wide_p), builder.sub(wide_t, wide_p), wide_t)
-    out_wide = builder.trunc(reduced, ir.IntType(64 * n))
-    builder.store(out_wide, builder.bitcast(pout, ir.IntType(64 * n).as_pointer()), align=8)
+    arith = _Arith(builder, list(fn.args[n_ptrs : n_ptrs + n]), fn.args[n_ptrs + n])
+    body(builder, arith, fn.args[:n_ptrs], list(fn.args[n_ptrs + n + 1 :]))
     builder.ret_void()
     return fn
 
 
+def _mont_mul_fn(module: ir.Module, n: int) -> ir.Function:
+    """CIOS Montgomery product out = a·b·R⁻¹, unrolled on SSA values with 64×64→128-bit products."""
+
+    def body(b, arith, ptrs, extra):
+        pa, pb, pout = ptrs
+        limbs = [b.load(b.gep(pa, [ir.Constant(_I64, j)]), align=8) for j in range(n)]
+        other = [b.load(b.gep(pb, [ir.Constant(_I64, j)]), align=8) for j in range(n)]
+        shift = ir.Constant(_I128, 64)
+
+        def mac(x, y, acc, carry):
+            full = b.add(b.add(b.mul(b.zext(x, _I128), b.zext(y, _I128)), b.zext(acc, _I128)), b.zext(carry, _I128))
+            return b.trunc(full, _I64), b.trunc(b.lshr(full, shift), _I64)
+
+        def add2(x, y):
+            full = b.add(b.zext(x, _I128), b.zext(y, _I128))
+            return b.trunc(full, _I64), b.trunc(b.lshr(full, shift), _I64)
+
+        zero = ir.Constant(_I64, 0)
+        p = arith.p_limbs
+        t = [zero] * (n + 2)
+        for i in range(n):
+            carry = zero
+            for j in range(n):
+                t[j], carry = mac(limbs[j], other[i], t[j], carry)
+            t[n], t[n + 1] = add2(t[n], carry)
+            m = b.mul(t[0], arith.pinv)
+            _, carry = mac(m, p[0], t[0], zero)
+            for j in range(1, n):
+                t[j - 1], carry = mac(m, p[j], t[j], carry)
+            t[n - 1], hi = add2(t[n], carry)
+            t[n] = b.add(t[n + 1], hi)
+        # t < 2p: one conditional subtraction (on n + 1 limbs, t[n] being the carry).
+        wide = ir.IntType(64 * n + 64)
+        total = ir.Constant(wide, 0)
+        for j in range(n + 1):
+            total = b.or_(total, b.shl(b.zext(t[j], wide), ir.Constant(wide, 64 * j)))
+        p_wide = b.zext(arith.p, wide)
+        reduced = b.select(b.icmp_unsigned(">=", total, p_wide), b.sub(total, p_wide), total)
+        arith.store(pout, 0, b.trunc(reduced, arith.w))
+
+    return _out_of_line(module, f"cuzk_mont_mul_{n}", 3, n, 0, body)
+
+
+def _fp2_mul_fn(module: ir.Module, n: int) -> ir.Function:
+    """Karatsuba over u² = −1: 3 Montgomery products."""
+    mul = _mont_mul_fn(module, n)
+
+    def body(b, arith, ptrs, extra):
+        pa, pb, pout = ptrs
+        t0, t1, sa, sb = arith.scratch(4)
+        arith.call(mul, pa, pb, t0)
+        a1, b1 = b.gep(pa, [ir.Constant(_I64, n)]), b.gep(pb, [ir.Constant(_I64, n)])
+        arith.call(mul, a1, b1, t1)
+        arith.store(sa, 0, arith.add(arith.load(pa, 0), arith.load(pa, 1)))
+        arith.store(sb, 0, arith.add(arith.load(pb, 0), arith.load(pb, 1)))
+        arith.call(mul, sa, sb, sa)
+        x0, x1, cross = arith.load(t0), arith.load(t1), arith.load(sa)
+        arith.store(pout, 0, arith.sub(x0, x1))
+        arith.store(pout, 1, arith.sub(arith.sub(cross, x0), x1))
+
+    return _out_of_line(module, f"cuzk_fp2_mul_{n}", 3, n, 0, body)
+
+
+def _fp2_sqr_fn(module: ir.Module, n: int) -> ir.Function:
+    """(a0 + a1 u)² = (a0 + a1)(a0 − a1) + 2·a0·a1·u: 2 Montgomery products."""
+    mul = _mont_mul_fn(module, n)
+
+    def body(b, arith, ptrs, extra):
+        pa, pout = ptrs
+        s, d, cross = arith.scratch(3)
+        a0, a1 = arith.load(pa, 0), arith.load(pa, 1)
+        arith.store(s, 0, arith.add(a0, a1))
+        arith.store(d, 0, arith.sub(a0, a1))
+        arith.call(mul, pa, b.gep(pa, [ir.Constant(_I64, n)]), cross)
+        arith.call(mul, s, d, pout)
+        c = arith.load(cross)
+        arith.store(pout, 1, arith.add(c, c))
+
+    return _out_of_line(module, f"cuzk_fp2_sqr_{n}", 2, n, 0, body)
+
+
+def _fp_inv_fn(module: ir.Module, n: int) -> ir.Function:
+    """out = a^(p−2) (Fermat; 0 maps to 0) by left-to-right square-and-multiply. Extra args: R mod p limbs."""
+    mul = _mont_mul_fn(module, n)
+
+    def body(b, arith, ptrs, one_limbs):
+        pa, pout = ptrs
+        acc, base = arith.scratch(2)
+        arith.store(base, 0, arith.load(pa))
+        arith.store(acc, 0, arith.join(one_limbs))
+        exponent = b.sub(arith.p, ir.Constant(arith.w, 2))
+        entry = b.block
+        loop = b.append_basic_block("bit")
+        multiply = b.append_basic_block("multiply")
+        step = b.append_basic_block("step")
+        done = b.append_basic_block("done")
+        b.branch(loop)
+        b.position_at_end(loop)
+        bit = b.phi(_I64)
+        bit.add_incoming(ir.Constant(_I64, 64 * n - 1), entry)
+        arith.call(mul, acc, acc, acc)
+        is_set = b.trunc(b.lshr(exponent, b.zext(bit, arith.w) if arith.w.width > 64 else bit), ir.IntType(1))
+        b.cbranch(is_set, multiply, step)
+        b.position_at_end(multiply)
+        arith.call(mul, acc, base, acc)
+        b.branch(step)
+        b.position_at_end(step)
+        following = b.sub(bit, ir.Constant(_I64, 1))
+        bit.add_incoming(following, step)
+        b.cbranch(b.icmp_signed("<", following, ir.Constant(_I64, 0)), done, loop)
+        b.position_at_end(done)
+        arith.store(pout, 0, arith.load(acc))
+
+    return _out_of_line(module, f"cuzk_fp_inv_{n}", 2, n, n, body)
+
+
+def _fp2_inv_fn(module: ir.Module, n: int) -> ir.Function:
+    """1/(a0 + a1 u) = (a0 − a1 u)/(a0² + a1²); 0 maps to 0."""
+    mul = _mont_mul_fn(module, n)
+    inv = _fp_inv_fn(module, n)
+
+    def body(b, arith, ptrs, one_limbs):
+        pa, pout = ptrs
+        a1 = b.gep(pa, [ir.Constant(_I64, n)])
+        x, y = arith.scratch(2)
+        arith.call(mul, pa, pa, x)
+        arith.call(mul, a1, a1, y)
+        arith.store(x, 0, arith.add(arith.load(x), arith.load(y)))
+        arith.call(inv, x, x, extra=one_limbs)
+        arith.call(mul, a1, x, y)
+        arith.call(mul, pa, x, pout)
+        arith.store(pout, 1, arith.neg(arith.load(y)))
+
+    return _out_of_line(module, f"cuzk_fp2_inv_{n}", 2, n, n, body)
+
+
+def _one_limbs(builder, fc_value, n: int) -> list:
+    one = builder.extract_value(fc_value, 2)
+    return [builder.extract_value(one, j) for j in range(n)]
+
+
+def _elementwise(name: str, n_arrays: int, emit):
+    """An intrinsic ``name(arrays..., fc)`` over Fp rows or Fp2 blocks; ``emit(arith, ptrs, parts, fc_value, module)``."""
+
+    def typed(args):
+        arrays, fc = args[:n_arrays], args[n_arrays]
+        ndim = _element_ndim(*arrays)
+        n = _limbs_of(fc)
+        if ndim is None or n is None:
+            return None
+
+        def codegen(context, builder, signature, values):
+            ptrs = [_data_ptr(context, builder, ty, v) for ty, v in zip(arrays, values[:n_arrays])]
+            emit(_Arith.from_consts(builder, values[n_arrays], n), ptrs, ndim, values[n_arrays], builder.module)
+            return context.get_dummy_value()
+
+        return types.void(*args), codegen
+
+    # numba intrinsics need a fixed arity
+    if n_arrays == 1:
+
+        def typer(typingctx, out, fc):
+            return typed((out, fc))
+
+    elif n_arrays == 2:
+
+        def typer(typingctx, a, out, fc):
+            return typed((a, out, fc))
+
+    else:
+
+        def typer(typingctx, a, b, out, fc):
+            return typed((a, b, out, fc))
+
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
+
+
+def _emit_add(arith, ptrs, parts, fc_value, module):
+    pa, pb, pout = ptrs
+    for k in range(parts):
+        arith.store(pout, k, arith.add(arith.load(pa, k), arith.load(pb, k)))
+
+
+def _emit_sub(arith, ptrs, parts, fc_value, module):
+    pa, pb, pout = ptrs
+    for k in range(parts):
+        arith.store(pout, k, arith.sub(arith.load(pa, k), arith.load(pb, k)))
+
+
+def _emit_neg(arith, ptrs, parts, fc_value, module):
+    pa, pout = ptrs
+    for k in range(parts):
+        arith.store(pout, k, arith.neg(arith.load(pa, k)))
+
+
+def _emit_double(arith, ptrs, parts, fc_value, module):
+    pa, pout = ptrs
+    for k in range(parts):
+        x = arith.load(pa, k)
+        arith.store(pout, k, arith.add(x, x))
+
+
+def _emit_mul(arith, ptrs, parts, fc_value, module):
+    arith.call(_mont_mul_fn(module, arith.n) if parts == 1 else _fp2_mul_fn(module, arith.n), *ptrs)
+
+
+def _emit_sqr(arith, ptrs, parts, fc_value, module):
+    pa, pout = ptrs
+    if parts == 1:
+        arith.call(_mont_mul_fn(module, arith.n), pa, pa, pout)
+    else:
+        arith.call(_fp2_sqr_fn(module, arith.n), pa, pout)
+
+
+def _emit_inv(arith, ptrs, parts, fc_value, module):
+    fn = _fp_inv_fn(module, arith.n) if parts == 1 else _fp2_inv_fn(module, arith.n)
+    arith.call(fn, *ptrs, extra=_one_limbs(arith.b, fc_value, arith.n))
+
+
+def _emit_set_one(arith, ptrs, parts, fc_value, module):
+    (pout,) = ptrs
+    arith.store(pout, 0, arith.join(_one_limbs(arith.b, fc_value, arith.n)))
+    if parts == 2:
+        arith.store(pout, 1, ir.Constant(arith.w, 0))
+
+
+# fe_add(a, b, out, fc), fe_sub(a, b, out, fc), fe_mul(a, b, out, fc) (Montgomery product in
+# Fp, Karatsuba in Fp2; inputs < p), fe_neg(a, out, fc), fe_double(a, out, fc),
+# fe_sqr(a, out, fc), fe_inv(a, out, fc) (0 maps to 0), fe_set_one(out, fc).
+fe_add = _elementwise("fe_add", 3, _emit_add)
+fe_sub = _elementwise("fe_sub", 3, _emit_sub)
+fe_mul = _elementwise("fe_mul", 3, _emit_mul)
+fe_neg = _elementwise("fe_neg", 2, _emit_neg)
+fe_double = _elementwise("fe_double", 2, _emit_double)
+fe_sqr = _elementwise("fe_sqr", 2, _emit_sqr)
+fe_inv = _elementwise("fe_inv", 2, _emit_inv)
+fe_set_one = _elementwise("fe_set_one", 1, _emit_set_one)
+
+
+def _flat_words(context, builder, arrty, value):
+    """(i64* data, number of uint64 words) of an element array."""
+    ary = context.make_array(arrty)(context, builder, value=value)
+    return ary.data, ary.nitems
+
+
 @intrinsic
-def _ir_mont_mul(typingctx, a, b, out, p, pinv):
-    """out = a·b·R^-1 mod p through the module's out-of-line CIOS function."""
-    if not (_row_args_ok(a, b, out) and isinstance(p, types.UniTuple) and pinv == types.uint64):
+def fe_copy(typingctx, a, out):
+    """out = a (any element shape)."""
+    if _element_ndim(a, out) is None:
         return None
-    n = p.count
 
     def codegen(context, builder, signature, args):
-        va, vb, vout, vp, vpinv = args
-        fn = _mont_mul_function(builder.module, n)
-        ptrs = [context.make_array(ty)(context, builder, value=v).data for ty, v in ((a, va), (b, vb), (out, vout))]
-        builder.call(fn, ptrs + [builder.extract_value(vp, j) for j in range(n)] + [vpinv])
+        src, count = _flat_words(context, builder, a, args[0])
+        dst, _ = _flat_words(context, builder, out, args[1])
+        with cgutils.for_range(builder, count) as loop:
+            builder.store(builder.load(builder.gep(src, [loop.index])), builder.gep(dst, [loop.index]))
         return context.get_dummy_value()
 
-    return types.void(a, b, out, p, pinv), codegen
+    return types.void(a, out), codegen
+
+
+@intrinsic
+def fe_set_zero(typingctx, out):
+    """out = 0."""
+    if _element_ndim(out) is None:
+        return None
+
+    def codegen(context, builder, signature, args):
+        dst, count = _flat_words(context, builder, out, args[0])
+        with cgutils.for_range(builder, count) as loop:
+            builder.store(ir.Constant(_I64, 0), builder.gep(dst, [loop.index]))
+        return context.get_dummy_value()
+
+    return types.void(out), codegen
+
+
+def _fold_words(context, builder, arrays, values, combine):
+    ptrs = [_flat_words(context, builder, t, v) for t, v in zip(arrays, values)]
+    acc = cgutils.alloca_once_value(builder, ir.Constant(_I64, 0))
+    with cgutils.for_range(builder, ptrs[0][1]) as loop:
+        words = [builder.load(builder.gep(p, [loop.index])) for p, _ in ptrs]
+        builder.store(builder.or_(builder.load(acc), combine(builder, *words)), acc)
+    return builder.icmp_unsigned("==", builder.load(acc), ir.Constant(_I64, 0))
+
+
+@intrinsic
+def fe_is_zero(typingctx, a):
+    """a == 0 (any element shape)."""
+    if _element_ndim(a) is None:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _fold_words(context, builder, [a], args, lambda b, x: x)
+
+    return types.boolean(a), codegen
+
+
+@intrinsic
+def fe_eq(typingctx, a, b):
+    """a == b; elements are kept fully reduced, so equal values have equal words."""
+    if _element_ndim(a, b) is None:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _fold_words(context, builder, [a, b], args, lambda bld, x, y: bld.xor(x, y))
+
+    return types.boolean(a, b), codegen
+
+
+@intrinsic
+def fp_set_tuple(typingctx, out, value):
+    """out = a constant limb tuple (e.g. ``fc.one``)."""
+    if _element_ndim(out) != 1 or not isinstance(value, types.UniTuple):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arith = _Arith(builder, [builder.extract_value(args[1], j) for j in range(value.count)])
+        arith.store(_data_ptr(context, builder, out, args[0]), 0, arith.p)
+        return context.get_dummy_value()
+
+    return types.void(out, value), codegen
+
+
+@intrinsic
+def fp_mul_tuple(typingctx, a, value, out, fc):
+    """out = a·value·R⁻¹ for a constant limb tuple (``fc.r2`` gives to_mont)."""
+    n = _limbs_of(fc)
+    if _element_ndim(a, out) != 1 or not isinstance(value, types.UniTuple) or n is None or value.count != n:
+        return None
+
+    def codegen(context, builder, signature, args):
+        arith = _Arith.from_consts(builder, args[3], n)
+        (slot,) = arith.scratch(1)
+        arith.store(slot, 0, arith.join([builder.extract_value(args[1], j) for j in range(n)]))
+        arith.call(_mont_mul_fn(builder.module, n), _data_ptr(context, builder, a, args[0]), slot, _data_ptr(context, builder, out, args[2]))
+        return context.get_dummy_value()
+
+    return types.void(a, value, out, fc), codegen
+
+
+@intrinsic
+def fp_from_mont(typingctx, a, out, fc):
+    """out = a·R⁻¹ (Montgomery product with the plain integer 1)."""
+    n = _limbs_of(fc)
+    if _element_ndim(a, out) != 1 or n is None:
+        return None
+
+    def codegen(context, builder, signature, args):
+        arith = _Arith.from_consts(builder, args[2], n)
+        (slot,) = arith.scratch(1)
+        arith.store(slot, 0, ir.Constant(arith.w, 1))
+        arith.call(_mont_mul_fn(builder.module, n), _data_ptr(context, builder, a, args[0]), slot, _data_ptr(context, builder, out, args[1]))
+        return context.get_dummy_value()
+
+    return types.void(a, out, fc), codegen
 
 
 @intrinsic(prefer_literal=True)
 def _stack_array(typingctx, like, rows, extra):
     """A ``(rows, len(like) + extra)`` uint64 array on the stack (``like`` a UniTuple, the others literals).
 
-    Heap scratch (np.empty) would cost an allocation per field operation and could never
-    live in registers; a fixed-size alloca in the entry block can, once LLVM has unrolled
-    the constant-length limb loops.
+    For scratch elements inside kernels: no allocation, and the memory is the calling
+    frame's, so it must never be returned from the function that creates it.
     """
     if not isinstance(like, types.UniTuple) or not isinstance(rows, types.IntegerLiteral) or not isinstance(extra, types.IntegerLiteral):
         return None
@@ -260,7 +567,7 @@ def _stack_array(typingctx, like, rows, extra):
 
     def codegen(context, builder, signature, args):
         intp = context.get_value_type(types.intp)
-        data = cgutils.alloca_once(builder, ir.IntType(64), size=n_rows * n_cols)
+        data = cgutils.alloca_once(builder, _I64, size=n_rows * n_cols)
         ary = context.make_array(arrty)(context, builder)
         context.populate_array(
             ary,
@@ -275,345 +582,24 @@ def _stack_array(typingctx, like, rows, extra):
     return arrty(like, rows, extra), codegen
 
 
-# ----------------------------------------------------------------------------------
-# Fp: one element is a 1-D uint64 row of N limbs.
-#
-# Small helpers are inlined into their callers at numba-IR level (inline="always"): every
-# separately jitted function costs ~0.5 s of compile time, and stack scratch must be
-# allocated in the frame that uses it.
-
-inline = njit(inline="always")
-
-
-@inline
-def fp_copy(a, out):
-    for j in range(out.shape[0]):
-        out[j] = a[j]
-
-
-@inline
-def fp_set_tuple(out, value):
-    """out = a constant limb tuple (e.g. ``fc.one``)."""
-    for j in range(len(value)):
-        out[j] = value[j]
-
-
-@inline
-def fp_set_zero(out):
-    for j in range(out.shape[0]):
-        out[j] = 0
-
-
-@inline
-def fp_is_zero(a):
-    acc = np.uint64(0)
-    for j in range(a.shape[0]):
-        acc |= a[j]
-    return acc == 0
-
-
-@inline
-def fp_eq(a, b):
-    acc = np.uint64(0)
-    for j in range(a.shape[0]):
-        acc |= a[j] ^ b[j]
-    return acc == 0
-
-
-@inline
-def fp_add(a, b, out, fc):
-    _ir_add(a, b, out, fc.p)
-
-
-@inline
-def fp_sub(a, b, out, fc):
-    _ir_sub(a, b, out, fc.p)
-
-
-@inline
-def fp_neg(a, out, fc):
-    _ir_neg(a, out, fc.p)
-
-
-@inline
-def fp_double(a, out, fc):
-    _ir_add(a, a, out, fc.p)
-
-
-@inline
-def fp_mul(a, b, out, fc):
-    """out = a·b·R^-1 mod p. Needs a, b < p; out may alias a or b."""
-    _ir_mont_mul(a, b, out, fc.p, fc.pinv)
-
-
-@inline
-def fp_sqr(a, out, fc):
-    _ir_mont_mul(a, a, out, fc.p, fc.pinv)
-
-
-@inline
-def fp_mul_tuple(a, value, out, fc):
-    """out = a·value·R^-1 for a constant limb tuple (to_mont with ``fc.r2``)."""
-    b = _stack_array(fc.p, 1, 0)[0]
-    fp_set_tuple(b, value)
-    _ir_mont_mul(a, b, out, fc.p, fc.pinv)
-
-
-@inline
-def fp_from_mont(a, out, fc):
-    """out = a·R^-1 (Montgomery multiplication by the plain integer 1)."""
-    b = _stack_array(fc.p, 1, 0)[0]
-    fp_set_zero(b)
-    b[0] = 1
-    _ir_mont_mul(a, b, out, fc.p, fc.pinv)
-
-
-@njit(cache=True)
-def fp_pow_tuple(a, exponent, out, fc):
-    """out = a^exponent for an exponent given as uint64 limbs (left-to-right square-and-multiply)."""
-    acc = _stack_array(fc.p, 2, 0)
-    fp_copy(a, acc[1])
-    fp_set_tuple(acc[0], fc.one)
-    for k in range(len(exponent) - 1, -1, -1):
-        e = exponent[k]
-        for bit in range(63, -1, -1):
-            fp_sqr(acc[0], acc[0], fc)
-            if (e >> np.uint64(bit)) & np.uint64(1):
-                fp_mul(acc[0], acc[1], acc[0], fc)
-    fp_copy(acc[0], out)
+# The Fp spellings, for code that only ever handles rows.
+fp_add, fp_sub, fp_neg, fp_double, fp_mul, fp_sqr, fp_inv = fe_add, fe_sub, fe_neg, fe_double, fe_mul, fe_sqr, fe_inv
+fp_copy, fp_set_zero, fp_is_zero, fp_eq = fe_copy, fe_set_zero, fe_is_zero, fe_eq
 
 
 @njit(cache=True)
 def fp_pow_u64(a, exponent, out, fc):
     """out = a^exponent for a machine-word exponent (twiddle and coset powers)."""
     acc = _stack_array(fc.p, 2, 0)
-    fp_copy(a, acc[1])
-    fp_set_tuple(acc[0], fc.one)
+    fe_copy(a, acc[1])
+    fe_set_one(acc[0], fc)
     e = np.uint64(exponent)
     while e != 0:
         if e & np.uint64(1):
-            fp_mul(acc[0], acc[1], acc[0], fc)
-        fp_sqr(acc[1], acc[1], fc)
+            fe_mul(acc[0], acc[1], acc[0], fc)
+        fe_sqr(acc[1], acc[1], fc)
         e >>= np.uint64(1)
-    fp_copy(acc[0], out)
-
-
-@inline
-def fp_inv(a, out, fc):
-    """out = a^-1 by Fermat (a^(p-2)); the inverse of 0 comes out as 0."""
-    fp_pow_tuple(a, fc.p_minus_2, out, fc)
-
-
-# ----------------------------------------------------------------------------------
-# Fp2 = Fp[u]/(u^2 + 1) (both curves): one element is a (2, N) block, rows c0 and c1.
-
-
-@inline
-def fp2_copy(a, out):
-    fp_copy(a[0], out[0])
-    fp_copy(a[1], out[1])
-
-
-@inline
-def fp2_set_zero(out):
-    fp_set_zero(out[0])
-    fp_set_zero(out[1])
-
-
-@inline
-def fp2_set_one(out, fc):
-    fp_set_tuple(out[0], fc.one)
-    fp_set_zero(out[1])
-
-
-@inline
-def fp2_is_zero(a):
-    return fp_is_zero(a[0]) and fp_is_zero(a[1])
-
-
-@inline
-def fp2_eq(a, b):
-    return fp_eq(a[0], b[0]) and fp_eq(a[1], b[1])
-
-
-@inline
-def fp2_add(a, b, out, fc):
-    fp_add(a[0], b[0], out[0], fc)
-    fp_add(a[1], b[1], out[1], fc)
-
-
-@inline
-def fp2_sub(a, b, out, fc):
-    fp_sub(a[0], b[0], out[0], fc)
-    fp_sub(a[1], b[1], out[1], fc)
-
-
-@inline
-def fp2_neg(a, out, fc):
-    fp_neg(a[0], out[0], fc)
-    fp_neg(a[1], out[1], fc)
-
-
-@inline
-def fp2_double(a, out, fc):
-    fp_add(a[0], a[0], out[0], fc)
-    fp_add(a[1], a[1], out[1], fc)
-
-
-@inline
-def fp2_mul(a, b, out, fc):
-    """Karatsuba: 3 Fp products. out may alias a or b."""
-    t = _stack_array(fc.p, 4, 0)
-    fp_mul(a[0], b[0], t[0], fc)
-    fp_mul(a[1], b[1], t[1], fc)
-    fp_add(a[0], a[1], t[2], fc)
-    fp_add(b[0], b[1], t[3], fc)
-    fp_mul(t[2], t[3], t[2], fc)
-    fp_sub(t[0], t[1], out[0], fc)
-    fp_sub(t[2], t[0], t[2], fc)
-    fp_sub(t[2], t[1], out[1], fc)
-
-
-@inline
-def fp2_sqr(a, out, fc):
-    """(a0 + a1 u)^2 = (a0 + a1)(a0 - a1) + 2 a0 a1 u: 2 Fp products."""
-    t = _stack_array(fc.p, 3, 0)
-    fp_add(a[0], a[1], t[0], fc)
-    fp_sub(a[0], a[1], t[1], fc)
-    fp_mul(a[0], a[1], t[2], fc)
-    fp_mul(t[0], t[1], out[0], fc)
-    fp_add(t[2], t[2], out[1], fc)
-
-
-@njit(cache=True)
-def fp2_inv(a, out, fc):
-    """1/(a0 + a1 u) = (a0 - a1 u)/(a0^2 + a1^2); the inverse of 0 comes out as 0."""
-    t = _stack_array(fc.p, 2, 0)
-    fp_sqr(a[0], t[0], fc)
-    fp_sqr(a[1], t[1], fc)
-    fp_add(t[0], t[1], t[0], fc)
-    fp_inv(t[0], t[0], fc)
-    fp_mul(a[0], t[0], out[0], fc)
-    fp_mul(a[1], t[0], t[1], fc)
-    fp_neg(t[1], out[1], fc)
-
-
-# ----------------------------------------------------------------------------------
-# fe_*: one name for Fp (1-D element) and Fp2 (2-D element), so curve code is written once.
-
-
-def _pick(a, fp_impl, fp2_impl):
-    if not isinstance(a, types.Array):
-        return None
-    return fp_impl if a.ndim == 1 else fp2_impl
-
-
-def fe_add(a, b, out, fc):
-    """Numba-only: Fp or Fp2 addition by the element's shape."""
-
-
-def fe_sub(a, b, out, fc):
-    """Numba-only: Fp or Fp2 subtraction."""
-
-
-def fe_mul(a, b, out, fc):
-    """Numba-only: Fp or Fp2 product."""
-
-
-def fe_sqr(a, out, fc):
-    """Numba-only: Fp or Fp2 square."""
-
-
-def fe_neg(a, out, fc):
-    """Numba-only: Fp or Fp2 negation."""
-
-
-def fe_double(a, out, fc):
-    """Numba-only: Fp or Fp2 doubling."""
-
-
-def fe_inv(a, out, fc):
-    """Numba-only: Fp or Fp2 inverse (0 for 0)."""
-
-
-def fe_copy(a, out):
-    """Numba-only: copy an Fp or Fp2 element."""
-
-
-def fe_set_zero(out):
-    """Numba-only: out = 0."""
-
-
-def fe_set_one(out, fc):
-    """Numba-only: out = 1 (Montgomery)."""
-
-
-def fe_is_zero(a):
-    """Numba-only: a == 0."""
-
-
-def fe_eq(a, b):
-    """Numba-only: a == b (elements are kept fully reduced, so limbs compare)."""
-
-
-@overload(fe_add, inline="always")
-def _fe_add(a, b, out, fc):
-    return _pick(a, lambda a, b, out, fc: fp_add(a, b, out, fc), lambda a, b, out, fc: fp2_add(a, b, out, fc))
-
-
-@overload(fe_sub, inline="always")
-def _fe_sub(a, b, out, fc):
-    return _pick(a, lambda a, b, out, fc: fp_sub(a, b, out, fc), lambda a, b, out, fc: fp2_sub(a, b, out, fc))
-
-
-@overload(fe_mul, inline="always")
-def _fe_mul(a, b, out, fc):
-    return _pick(a, lambda a, b, out, fc: fp_mul(a, b, out, fc), lambda a, b, out, fc: fp2_mul(a, b, out, fc))
-
-
-@overload(fe_sqr, inline="always")
-def _fe_sqr(a, out, fc):
-    return _pick(a, lambda a, out, fc: fp_sqr(a, out, fc), lambda a, out, fc: fp2_sqr(a, out, fc))
-
-
-@overload(fe_neg, inline="always")
-def _fe_neg(a, out, fc):
-    return _pick(a, lambda a, out, fc: fp_neg(a, out, fc), lambda a, out, fc: fp2_neg(a, out, fc))
-
-
-@overload(fe_double, inline="always")
-def _fe_double(a, out, fc):
-    return _pick(a, lambda a, out, fc: fp_double(a, out, fc), lambda a, out, fc: fp2_double(a, out, fc))
-
-
-@overload(fe_inv, inline="always")
-def _fe_inv(a, out, fc):
-    return _pick(a, lambda a, out, fc: fp_inv(a, out, fc), lambda a, out, fc: fp2_inv(a, out, fc))
-
-
-@overload(fe_copy, inline="always")
-def _fe_copy(a, out):
-    return _pick(a, lambda a, out: fp_copy(a, out), lambda a, out: fp2_copy(a, out))
-
-
-@overload(fe_set_zero, inline="always")
-def _fe_set_zero(out):
-    return _pick(out, lambda out: fp_set_zero(out), lambda out: fp2_set_zero(out))
-
-
-@overload(fe_set_one, inline="always")
-def _fe_set_one(out, fc):
-    return _pick(out, lambda out, fc: fp_set_tuple(out, fc.one), lambda out, fc: fp2_set_one(out, fc))
-
-
-@overload(fe_is_zero, inline="always")
-def _fe_is_zero(a):
-    return _pick(a, lambda a: fp_is_zero(a), lambda a: fp2_is_zero(a))
-
-
-@overload(fe_eq, inline="always")
-def _fe_eq(a, b):
-    return _pick(a, lambda a, b: fp_eq(a, b), lambda a, b: fp2_eq(a, b))
+    fe_copy(acc[0], out)
 
 
 # ----------------------------------------------------------------------------------

@@ -23,16 +23,17 @@ Plan of one MSM Σ kᵢ·Pᵢ:
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from ...curves import Curve
 from ...curves.ec import Point
 from .ec import jac_add, jac_add_affine, jac_double, jac_set_inf, jac_to_affine
 from .field import (
-    FieldConsts,
     as_u64,
     fe_add,
     fe_copy,
@@ -102,11 +103,11 @@ def _classify(bases_flat, scalars, r_minus_1, kinds):
     return acc
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True)
 def _offset_scalars(scalars, idx, offset, out):
     """out[q] = scalars[idx[q]] + offset (multi-limb; out has one more limb than the scalars)."""
     n_limbs = scalars.shape[1]
-    for q in prange(idx.shape[0]):
+    for q in range(idx.shape[0]):
         carry = np.uint64(0)
         i = idx[q]
         for j in range(out.shape[1]):
@@ -119,7 +120,7 @@ def _offset_scalars(scalars, idx, offset, out):
             carry = np.uint64(c1 | c2)
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _window_digits(kp, window, c, lo, hi):
     """Signed digit ``window`` of the offset scalars kp[lo:hi]: bits [wc, wc + c) minus 2^(c−1)."""
     out = np.empty(hi - lo, np.int32)
@@ -137,7 +138,7 @@ def _window_digits(kp, window, c, lo, hi):
     return out
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _sum_into_buckets(bases, idx, digits, n_buckets, fc):
     """Sum the points into buckets by |digit| (negated where the digit is negative).
 
@@ -261,7 +262,7 @@ def _sum_into_buckets(bases, idx, digits, n_buckets, fc):
     return points, is_inf, starts, lens
 
 
-@njit(cache=True)
+@njit(inline="always")
 def _fold_buckets(points, is_inf, starts, lens, out, fc):
     """out = Σ_b (b + 1)·bucket_b by running sums (Jacobian)."""
     running = np.empty((3,) + points.shape[2:], np.uint64)
@@ -274,24 +275,20 @@ def _fold_buckets(points, is_inf, starts, lens, out, fc):
             jac_add(out, running, out, fc)
 
 
-@njit(cache=True, parallel=True)
-def _run_tasks(bases, kp, general_idx, ones_idx, ones_digits, tasks, c, results, fc):
-    p, pinv, one, r2, pm2 = fc
-    for t in prange(tasks.shape[0]):
-        f = FieldConsts(p, pinv, one, r2, pm2)
-        kind = tasks[t, 0]
-        lo = tasks[t, 2]
-        hi = tasks[t, 3]
-        if kind == WINDOW_TASK:
-            digits = _window_digits(kp, tasks[t, 1], c, lo, hi)
-            idx = general_idx[lo:hi]
-            n_buckets = 1 << (c - 1)
-        else:
-            digits = ones_digits[lo:hi].copy()
-            idx = ones_idx[lo:hi]
-            n_buckets = 1
-        points, is_inf, starts, lens = _sum_into_buckets(bases, idx, digits, n_buckets, f)
-        _fold_buckets(points, is_inf, starts, lens, results[t], f)
+@njit(cache=True, nogil=True)
+def _run_task(bases, kp, general_idx, ones_idx, ones_digits, task, c, result, fc):
+    """One (window, chunk) or (±1 terms, chunk) task; releases the GIL so tasks run on a thread pool."""
+    kind, window, lo, hi = task[0], task[1], task[2], task[3]
+    if kind == WINDOW_TASK:
+        digits = _window_digits(kp, window, c, lo, hi)
+        idx = general_idx[lo:hi]
+        n_buckets = 1 << (c - 1)
+    else:
+        digits = ones_digits[lo:hi].copy()
+        idx = ones_idx[lo:hi]
+        n_buckets = 1
+    points, is_inf, starts, lens = _sum_into_buckets(bases, idx, digits, n_buckets, fc)
+    _fold_buckets(points, is_inf, starts, lens, result, fc)
 
 
 @njit(cache=True)
@@ -344,12 +341,20 @@ def choose_window(n_terms: int, max_bits: int) -> int:
     return best_c
 
 
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    """Worker threads for MSM tasks: a thread pool rather than a numba parallel loop, because
+    a prange kernel re-optimises the whole task code once more (seconds of compile time) and
+    a pool hands out the unevenly sized tasks dynamically."""
+    return ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="cuzk-msm")
+
+
 def _chunks(m: int, pieces: int) -> list[tuple[int, int]]:
     return [(k * m // pieces, (k + 1) * m // pieces) for k in range(pieces)]
 
 
 def _plan_tasks(n_general: int, n_windows: int, c: int, n_ones: int, threads: int) -> np.ndarray:
-    """Rows (kind, window, lo, hi), costliest first (they are handed out one at a time)."""
+    """Rows (kind, window, lo, hi), costliest first (the pool hands them out in that order)."""
     rows: list[tuple[int, int, int, int, int]] = []
     if n_general:
         pieces = -(-n_general // MAX_TASK_POINTS)
@@ -402,15 +407,10 @@ def _msm(curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> np.ndarray | N
     if len(general_idx):
         _offset_scalars(scalars, general_idx, tuple(np.uint64((offset >> (64 * j)) & (2**64 - 1)) for j in range(offset_limbs)), kp)
 
-    tasks = _plan_tasks(len(general_idx), n_windows, c, len(ones_idx), numba.get_num_threads())
+    tasks = _plan_tasks(len(general_idx), n_windows, c, len(ones_idx), numba.config.NUMBA_NUM_THREADS)
     coord_shape = bases.shape[2:]
     results = np.empty((len(tasks), 3) + coord_shape, np.uint64)
-    if len(tasks):
-        previous = numba.set_parallel_chunksize(1)
-        try:
-            _run_tasks(bases, kp, general_idx, ones_idx, ones_digits, tasks, c, results, fc)
-        finally:
-            numba.set_parallel_chunksize(previous)
+    list(_pool().map(lambda t: _run_task(bases, kp, general_idx, ones_idx, ones_digits, tasks[t], c, results[t], fc), range(len(tasks))))
     out = np.empty((2,) + coord_shape, np.uint64)
     return out if _combine(results, tasks, n_windows, c, out, fc) else None
 
