@@ -39,13 +39,6 @@ struct alignas(16) Fp {
         return acc == 0;
     }
 
-    CUZK_HD bool operator==(const Fp& o) const {
-        u32 acc = 0;
-#pragma unroll
-        for (int i = 0; i < N; i++) acc |= v[i] ^ o.v[i];
-        return acc == 0;
-    }
-
     // (a + b) mod p
     CUZK_HD friend Fp operator+(const Fp& a, const Fp& b) {
         Fp s, t;
@@ -140,16 +133,6 @@ struct alignas(16) Fp {
         Fp unit = zero();
         unit.v[0] = 1;
         return *this * unit;
-    }
-
-    // x^e for a small public exponent (square-and-multiply from the top bit).
-    CUZK_HD Fp pow(u32 e) const {
-        Fp r = one();
-        for (int b = 31; b >= 0; b--) {
-            r = r.sqr();
-            if ((e >> b) & 1) r = r * *this;
-        }
-        return r;
     }
 
     // Raw limb I/O at a global address (limbs little-endian, as in the project's arrays).

@@ -10,7 +10,6 @@ struct alignas(16) Fp2 {
     CUZK_HD static Fp2 zero() { return {F::zero(), F::zero()}; }
     CUZK_HD static Fp2 one() { return {F::one(), F::zero()}; }
     CUZK_HD bool is_zero() const { return c0.is_zero() && c1.is_zero(); }
-    CUZK_HD bool operator==(const Fp2& o) const { return c0 == o.c0 && c1 == o.c1; }
 
     CUZK_HD friend Fp2 operator+(const Fp2& a, const Fp2& b) { return {a.c0 + b.c0, a.c1 + b.c1}; }
     CUZK_HD friend Fp2 operator-(const Fp2& a, const Fp2& b) { return {a.c0 - b.c0, a.c1 - b.c1}; }

@@ -178,6 +178,20 @@ CUZK_HD u32 bucket_of(const u32* offsets, u32 keys_total, u64 i) {
 
 // Level 0: the entries, sorted by key, with the keys given by the bucket offsets (the
 // exclusive scan of the counts, keys_total + 1 values) rather than stored per entry.
+// One flat loop over the chunk keeps the warp's additions in step; at a bucket boundary
+// the next bucket is almost always k + 1, whose end was loaded ahead, and a binary search
+// is needed only after empty buckets.
+CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, u64 end, Sum* sums, u32* partial_keys,
+                         Sum* partial_sums, u64 chunk) {
+    if (first >= start && stop <= end) {
+        sums[k] = acc;
+    } else {
+        const u64 slot = 2 * chunk + (first < start ? 0 : 1);
+        partial_keys[slot] = k;
+        partial_sums[slot] = acc;
+    }
+}
+
 CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases, u64 count,
                                       u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
     CUZK_THREADS(tid) {
@@ -188,21 +202,27 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
         const BaseEntries src = {entries, bases};
         partial_keys[2 * chunk] = NO_KEY;
         partial_keys[2 * chunk + 1] = NO_KEY;
-        u64 i = start;
-        while (i < end) {
-            const u32 k = bucket_of(offsets, keys_total, i);
-            const u64 first = offsets[k], stop = offsets[k + 1];
-            const u64 run_end = stop < end ? stop : end;
-            Sum acc = Sum::infinity();
-            for (; i < run_end; i++) acc = src.add(acc, i);
-            if (first >= start && stop <= end) {
-                sums[k] = acc;
-            } else {
-                const u64 slot = 2 * chunk + (first < start ? 0 : 1);
-                partial_keys[slot] = k;
-                partial_sums[slot] = acc;
+        u32 k = bucket_of(offsets, keys_total, start);
+        u64 first = offsets[k], stop = offsets[k + 1];
+        u64 next_stop = k + 1 < keys_total ? offsets[k + 2] : stop;
+        Sum acc = Sum::infinity();
+        for (u64 i = start; i < end; i++) {
+            if (i == stop) {
+                emit_bucket(k, acc, first, stop, start, end, sums, partial_keys, partial_sums, chunk);
+                if (next_stop > i) {
+                    k++;
+                } else {
+                    k = bucket_of(offsets, keys_total, i);
+                    next_stop = offsets[k + 1];
+                }
+                first = i;
+                stop = next_stop;
+                next_stop = k + 1 < keys_total ? offsets[k + 2] : stop;
+                acc = Sum::infinity();
             }
+            acc = src.add(acc, i);
         }
+        emit_bucket(k, acc, first, stop, start, end, sums, partial_keys, partial_sums, chunk);
     }
 }
 
