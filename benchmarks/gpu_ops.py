@@ -204,7 +204,7 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows):
         row["cpu_ms"] = host_time(lambda: cpu_fn(curve, host_bases, scalars_host), 1)
         row["cpu_ratio"] = row["cpu_ms"] / t_msm
     resident.free()
-    del bases, scalars
+    bases = scalars = sparse = None  # let the pool give their memory back
     backend.runtime.free_cached()
     rows.append(row)
     print(json.dumps(row), flush=True)
