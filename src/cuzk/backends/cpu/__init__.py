@@ -7,20 +7,22 @@ import numpy as np
 from ...curves import Curve
 from ...curves.ec import Point
 from . import msm, ntt
-from .field import FROM_MONT, MUL, SUB, TO_MONT, as_u64, field_consts, fp_binary_vec, fp_unary_vec
+from .field import FROM_MONT, MUL, SUB, TO_MONT, FieldVectorError, as_u64, field_consts, fp_binary_vec, fp_unary_vec, fr_rows
 
 
 def _binary(curve: Curve, a: np.ndarray, b: np.ndarray, op: int) -> np.ndarray:
-    if a.shape != b.shape:
-        raise ValueError(f"field vectors differ in shape: {a.shape} vs {b.shape}")
+    x, y = fr_rows(curve, a), fr_rows(curve, b)
+    if x.shape != y.shape:
+        raise FieldVectorError(f"field vectors differ in shape: {a.shape} vs {b.shape}")
     out = np.empty(a.shape, dtype=np.uint32)
-    fp_binary_vec(as_u64(np.ascontiguousarray(a)), as_u64(np.ascontiguousarray(b)), as_u64(out), op, field_consts(curve.Fr))
+    fp_binary_vec(x, y, as_u64(out), op, field_consts(curve.Fr))
     return out
 
 
 def _unary(curve: Curve, a: np.ndarray, op: int) -> np.ndarray:
+    x = fr_rows(curve, a)
     out = np.empty(a.shape, dtype=np.uint32)
-    fp_unary_vec(as_u64(np.ascontiguousarray(a)), as_u64(out), op, field_consts(curve.Fr))
+    fp_unary_vec(x, as_u64(out), op, field_consts(curve.Fr))
     return out
 
 
@@ -57,4 +59,4 @@ class CpuBackend:
         return msm.msm_g2(curve, bases, scalars)
 
 
-__all__ = ["CpuBackend"]
+__all__ = ["CpuBackend", "FieldVectorError"]

@@ -76,6 +76,27 @@ def field_consts(F: PrimeField) -> FieldConsts:
     )
 
 
+class FieldVectorError(ValueError):
+    """A field vector that does not have the layout of backends/base.py."""
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view: numba compiles one specialisation per (type, writability), and
+    inputs arrive both ways (file views are read-only, fresh results are not)."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
+def fr_rows(curve, a: np.ndarray, what: str = "field vector") -> np.ndarray:
+    """The read-only uint64-limb view of an Fr vector, checked to be (n, limbs) uint32 and made contiguous."""
+    limbs = curve.Fr.n8 // 4
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint32 or a.ndim != 2 or a.shape[1] != limbs:
+        got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+        raise FieldVectorError(f"{curve.name} {what} must be a uint32 array of shape (n, {limbs}), got {got}")
+    return read_only(as_u64(np.ascontiguousarray(a)))
+
+
 def as_u64(a: np.ndarray) -> np.ndarray:
     """The uint64-limb view of a C-contiguous uint32 limb array (no copy)."""
     return a.view(np.uint64)

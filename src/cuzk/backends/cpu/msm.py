@@ -48,6 +48,7 @@ from .field import (
     fe_sub,
     field_consts,
     from_mont_row,
+    read_only,
 )
 
 SKIP, PLUS_ONE, MINUS_ONE, GENERAL = 0, 1, 2, 3
@@ -384,13 +385,15 @@ def _checked(curve: Curve, bases: np.ndarray, scalars: np.ndarray, coords: tuple
         raise MsmInputError(f"{curve.name} scalars must be uint32 of shape (n, {limbs_r}), got {scalars.dtype} {scalars.shape}")
     if bases.shape[0] != scalars.shape[0]:
         raise MsmInputError(f"{group} MSM needs one scalar per base: {bases.shape[0]} bases, {scalars.shape[0]} scalars")
-    return as_u64(np.ascontiguousarray(bases)), as_u64(np.ascontiguousarray(scalars))
+    return read_only(as_u64(np.ascontiguousarray(bases))), read_only(as_u64(np.ascontiguousarray(scalars)))
 
 
 def _msm(curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> np.ndarray | None:
     """Σ scalars[i]·bases[i] on uint64 views; the affine Montgomery result, or None for infinity."""
     fc = field_consts(curve.Fq)
     n = bases.shape[0]
+    if n == 0:
+        return None
     kinds = np.empty(n, np.uint8)
     r_minus_1 = tuple(np.uint64(((curve.r - 1) >> (64 * j)) & (2**64 - 1)) for j in range(scalars.shape[1]))
     general_or = _classify(bases.reshape(n, -1), scalars, r_minus_1, kinds)

@@ -26,12 +26,14 @@ from .field import (
     fp_mul_powers_vec,
     fp_mul_tuple,
     fp_sub,
+    fr_rows,
+    read_only,
     to_mont_int,
 )
 
 
 class NttSizeError(ValueError):
-    pass
+    """An NTT length that is not a power of two or exceeds the field's 2-adicity."""
 
 
 @njit(cache=True)
@@ -99,7 +101,7 @@ def _twiddles(curve: Curve, log_n: int, inverse: bool) -> np.ndarray:
     if inverse:
         w = F.inv(w)
     tw = np.empty((max(1, (1 << log_n) // 2), F.n8 // 8), dtype=np.uint64)
-    fp_mul_powers_vec(np.empty((0, F.n8 // 8), dtype=np.uint64), to_mont_int(F, w), tw, field_consts(F))
+    fp_mul_powers_vec(read_only(np.empty((0, F.n8 // 8), dtype=np.uint64)), to_mont_int(F, w), tw, field_consts(F))
     tw.setflags(write=False)
     return tw
 
@@ -114,8 +116,9 @@ def _log2(curve: Curve, n: int) -> int:
 
 
 def _transform(curve: Curve, a: np.ndarray, inverse: bool) -> np.ndarray:
+    rows = fr_rows(curve, a, "NTT input")
     log_n = _log2(curve, a.shape[0])
-    out = as_u64(np.ascontiguousarray(a, dtype=np.uint32))[_bit_reverse(log_n)]  # fancy index: a fresh copy
+    out = rows[_bit_reverse(log_n)]  # fancy index: a fresh, writable copy
     fc = field_consts(curve.Fr)
     _ntt_in_place(out, _twiddles(curve, log_n, inverse), log_n, fc)
     if inverse:
@@ -137,6 +140,8 @@ def intt(curve: Curve, a: np.ndarray) -> np.ndarray:
 def coset_ntt(curve: Curve, a: np.ndarray, shift: int) -> np.ndarray:
     """Evaluations on shift·<w>: a_i scaled by shift^i, then the NTT."""
     F = curve.Fr
+    rows = fr_rows(curve, a, "NTT input")
+    _log2(curve, a.shape[0])
     scaled = np.empty(a.shape, dtype=np.uint32)
-    fp_mul_powers_vec(as_u64(np.ascontiguousarray(a, dtype=np.uint32)), to_mont_int(F, shift), as_u64(scaled), field_consts(F))
+    fp_mul_powers_vec(rows, to_mont_int(F, shift), as_u64(scaled), field_consts(F))
     return ntt(curve, scaled)

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from ...curves import Curve
-from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul
+from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
 
 
 @njit(cache=True)
@@ -44,15 +44,37 @@ def _evaluate(entries, witness, out, ranges, fc):
         _accumulate(entries, witness, out, matrix, ranges[r], ranges[r + 1], FieldConsts(p, pinv, one, r2, pm2))
 
 
+class SynthesisInputError(ValueError):
+    """Coefficients or a witness that would index outside the domain or the witness."""
+
+
+def _checked_entries(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> np.ndarray:
+    """The section as (n, 3 + limbs) uint32 words, after checking every index it holds (vectorised).
+
+    The kernel does not bounds-check, so an out-of-range entry must be refused here.
+    """
+    limbs = curve.Fr.n8 // 4
+    names = getattr(coeffs.dtype, "names", None) or ()
+    if not {"matrix", "constraint", "signal", "value"} <= set(names) or coeffs.dtype.itemsize != 4 * (3 + limbs):
+        raise SynthesisInputError(f"coefficients must be the zkey's structured array (matrix, constraint, signal, value[{limbs}] u32), got dtype {coeffs.dtype}")
+    if len(coeffs):
+        for field, bound in (("matrix", 2), ("constraint", domain_size), ("signal", n_vars)):
+            top = int(coeffs[field].max())
+            if top >= bound:
+                i = int(np.argmax(coeffs[field] >= bound))
+                raise SynthesisInputError(f"coefficient #{i}: {field} = {int(coeffs[field][i])} is out of range (must be < {bound})")
+    return read_only(np.ascontiguousarray(coeffs).view(np.uint32).reshape(len(coeffs), 3 + limbs))
+
+
 def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(A, B) evaluation vectors, (domain_size, limbs) uint32 Montgomery form.
 
-    ``coeffs`` is the zkey's structured coefficient array (validated by the reader:
-    matrix ∈ {0, 1}, row < domain_size, signal < n_vars); ``witness`` standard form.
+    ``coeffs`` is the zkey's structured coefficient array (values c·R² mod r);
+    ``witness`` is (n_vars, limbs) uint32 in standard form.
     """
     n_limbs64 = curve.Fr.n8 // 8
-    entries = np.ascontiguousarray(coeffs).view(np.uint32).reshape(len(coeffs), 3 + 2 * n_limbs64)
-    w = np.require(witness, dtype=np.uint32, requirements=["C", "A"]).view(np.uint64)
+    w = fr_rows(curve, witness, "witness")
+    entries = _checked_entries(curve, coeffs, w.shape[0], domain_size)
     out = np.zeros((2, domain_size, n_limbs64), dtype=np.uint64)
     n_ranges = max(1, numba.get_num_threads() // 2)
     ranges = np.linspace(0, domain_size, n_ranges + 1).astype(np.int64)

@@ -1,0 +1,325 @@
+"""CPU backend (numba) against the plain-int reference in cuzk.curves: field, NTT, MSM, synthesis."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from cuzk.backends import BackendUnavailableError, get_backend
+from cuzk.backends.base import Backend
+from cuzk.backends.cpu import CpuBackend, field, msm, ntt
+from cuzk.curves import BLS12_381, BN254
+from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
+from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
+
+from conftest import corpus_dir
+
+CURVES = [BN254, BLS12_381]
+FIELDS = {"bn254_fr": BN254.Fr, "bn254_fq": BN254.Fq, "bls12_381_fr": BLS12_381.Fr, "bls12_381_fq": BLS12_381.Fq}
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+backend = CpuBackend()
+
+
+def elements(p: int, size: int = 24):
+    """Lists of field elements that always include the edges 0, 1, p − 1."""
+    edge = st.sampled_from([0, 1, 2, p - 1, p - 2, (p - 1) // 2])
+    return st.lists(st.one_of(edge, st.integers(0, p - 1)), min_size=1, max_size=size)
+
+
+def mont_rows(F, values) -> np.ndarray:
+    return ints_to_limbs([F.to_mont(v) for v in values], F.n8 // 4)
+
+
+def from_mont_rows(F, arr) -> list[int]:
+    return [F.from_mont(v) for v in limbs_to_ints(arr)]
+
+
+# field ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", FIELDS)
+@SETTINGS
+@given(data=st.data())
+def test_field_vector_ops_match_reference(name, data):
+    F = FIELDS[name]
+    xs = data.draw(elements(F.p))
+    ys = data.draw(st.lists(st.integers(0, F.p - 1), min_size=len(xs), max_size=len(xs)))
+    fc = field.field_consts(F)
+    a, b = mont_rows(F, xs), mont_rows(F, ys)
+    out = np.empty_like(a)
+    for op, ref in ((field.MUL, F.mul), (field.ADD, F.add), (field.SUB, F.sub)):
+        field.fp_binary_vec(field.as_u64(a), field.as_u64(b), field.as_u64(out), op, fc)
+        assert from_mont_rows(F, out) == [ref(x, y) for x, y in zip(xs, ys)]
+    for op, ref in ((field.NEG, F.neg), (field.SQR, F.sqr)):
+        field.fp_unary_vec(field.as_u64(a), field.as_u64(out), op, fc)
+        assert from_mont_rows(F, out) == [ref(x) for x in xs]
+    field.fp_unary_vec(field.as_u64(ints_to_limbs(xs, F.n8 // 4)), field.as_u64(out), field.TO_MONT, fc)
+    assert limbs_to_ints(out) == [F.to_mont(x) for x in xs]
+    field.fp_unary_vec(field.as_u64(a), field.as_u64(out), field.FROM_MONT, fc)
+    assert limbs_to_ints(out) == xs
+    field.fp_batch_inv_vec(field.as_u64(a), field.as_u64(out), fc)
+    assert from_mont_rows(F, out) == [0 if x == 0 else F.inv(x) for x in xs]
+
+
+@pytest.mark.parametrize("name", FIELDS)
+def test_batch_inverse_and_powers_over_many_chunks(name):
+    F = FIELDS[name]
+    rng = random.Random(5)
+    xs = [rng.randrange(F.p) for _ in range(5000)]
+    xs[17] = 0
+    fc = field.field_consts(F)
+    a = mont_rows(F, xs)
+    field.fp_batch_inv_vec(field.as_u64(a), field.as_u64(a), fc)  # in place, several parallel chunks
+    assert from_mont_rows(F, a) == [0 if x == 0 else F.inv(x) for x in xs]
+    base = rng.randrange(F.p)
+    powers = np.empty((3000, F.n8 // 4), np.uint32)
+    field.fp_mul_powers_vec(np.empty((0, F.n8 // 8), np.uint64), field.to_mont_int(F, base), field.as_u64(powers), fc)
+    assert from_mont_rows(F, powers) == [pow(base, i, F.p) for i in range(3000)]
+
+
+@njit(cache=True)
+def _fp2_apply(a, b, out, op, fc):
+    for i in range(a.shape[0]):
+        if op == 0:
+            field.fe_mul(a[i], b[i], out[i], fc)
+        elif op == 1:
+            field.fe_sqr(a[i], out[i], fc)
+        elif op == 2:
+            field.fe_inv(a[i], out[i], fc)
+        elif op == 3:
+            field.fe_add(a[i], b[i], out[i], fc)
+        elif op == 4:
+            field.fe_sub(a[i], b[i], out[i], fc)
+        else:
+            field.fe_neg(a[i], out[i], fc)
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@SETTINGS
+@given(data=st.data())
+def test_fp2_ops_match_reference(curve, data):
+    F, F2 = curve.Fq, curve.Fq2
+    xs = data.draw(st.lists(st.tuples(elements(F.p, 1).map(lambda v: v[0]), st.integers(0, F.p - 1)), min_size=1, max_size=8))
+    ys = data.draw(st.lists(st.tuples(st.integers(0, F.p - 1), elements(F.p, 1).map(lambda v: v[0])), min_size=len(xs), max_size=len(xs)))
+    n = F.n8 // 8
+
+    def block(values):
+        return field.as_u64(mont_rows(F, [c for v in values for c in v])).reshape(len(values), 2, n)
+
+    a, b = block(xs), block(ys)
+    out = np.empty_like(a)
+    refs = [F2.mul, F2.sqr, lambda x: F2.zero if F2.is_zero(x) else F2.inv(x), F2.add, F2.sub, F2.neg]
+    for op, ref in enumerate(refs):
+        _fp2_apply(a, b, out, op, field.field_consts(F))
+        flat = from_mont_rows(F, field.as_u32(out.reshape(-1, n)))
+        got = list(zip(flat[0::2], flat[1::2]))
+        want = [ref(x, y) for x, y in zip(xs, ys)] if op in (0, 3, 4) else [ref(x) for x in xs]
+        assert got == [tuple(w) for w in want], f"op {op}"
+
+
+def test_backend_fr_ops_and_errors():
+    F = BN254.Fr
+    xs = [0, 1, F.p - 1, 12345]
+    a = mont_rows(F, xs)
+    assert from_mont_rows(F, backend.fr_mul(BN254, a, a)) == [x * x % F.p for x in xs]
+    assert from_mont_rows(F, backend.fr_sub(BN254, a, a[::-1].copy())) == [(x - y) % F.p for x, y in zip(xs, xs[::-1])]
+    assert limbs_to_ints(backend.fr_from_mont(BN254, a)) == xs
+    assert limbs_to_ints(backend.fr_to_mont(BN254, ints_to_limbs(xs, 8))) == [F.to_mont(x) for x in xs]
+    with pytest.raises(ValueError, match="shape"):
+        backend.fr_mul(BN254, a, a[:2])
+    with pytest.raises(ValueError, match="uint32"):
+        backend.fr_mul(BN254, a.astype(np.int64), a.astype(np.int64))
+    with pytest.raises(ValueError, match=r"shape \(n, 8\)"):
+        backend.fr_to_mont(BLS12_381, np.zeros((3, 12), np.uint32))
+
+
+# NTT --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("log_n", [0, 1, 2, 3, 5])
+def test_ntt_equals_naive_dft_with_snarkjs_root(curve, log_n):
+    F, n = curve.Fr, 1 << log_n
+    rng = random.Random(log_n)
+    coeffs = [rng.randrange(F.p) for _ in range(n)]
+    w = curve.fr_root_of_unity(log_n)
+    shift = rng.randrange(1, F.p)
+    dft = [sum(c * pow(w, i * j, F.p) for j, c in enumerate(coeffs)) % F.p for i in range(n)]
+    coset = [sum(c * pow(shift * pow(w, i, F.p), j, F.p) for j, c in enumerate(coeffs)) % F.p for i in range(n)]
+    a = mont_rows(F, coeffs)
+    assert from_mont_rows(F, backend.ntt(curve, a)) == dft
+    assert from_mont_rows(F, backend.intt(curve, mont_rows(F, dft))) == coeffs
+    assert from_mont_rows(F, backend.coset_ntt(curve, a, shift)) == coset
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("log_n", [10, 13])
+def test_intt_inverts_ntt_at_parallel_sizes(curve, log_n):
+    F = curve.Fr
+    rng = random.Random(log_n)
+    values = [rng.randrange(F.p) for _ in range(1 << log_n)]
+    a = mont_rows(F, values)
+    assert np.array_equal(backend.intt(curve, backend.ntt(curve, a)), a)
+    # One evaluation of the coset transform, checked by Horner at shift·w^i.
+    shift, i = 7, (1 << log_n) - 3
+    x = shift * pow(curve.fr_root_of_unity(log_n), i, F.p) % F.p
+    horner = 0
+    for c in reversed(values):
+        horner = (horner * x + c) % F.p
+    assert from_mont_rows(F, backend.coset_ntt(curve, a, shift)[i : i + 1]) == [horner]
+
+
+def test_ntt_rejects_bad_sizes():
+    with pytest.raises(ValueError, match="power of two"):
+        backend.ntt(BN254, np.zeros((12, 8), np.uint32))
+    with pytest.raises(ValueError, match="2-adicity"):
+        ntt._log2(BLS12_381, 1 << 33)
+
+
+# MSM --------------------------------------------------------------------------------
+
+
+def encode(curve, group: str, points) -> np.ndarray:
+    limbs = curve.Fq.n8 // 4
+    if group == "G1":
+        raw, shape = b"".join(g1_to_bytes(curve, P) for P in points), (len(points), 2, limbs)
+    else:
+        raw, shape = b"".join(g2_to_bytes(curve, P) for P in points), (len(points), 2, 2, limbs)
+    return np.frombuffer(raw, dtype="<u4").reshape(shape).copy()
+
+
+def run_msm(curve, group: str, points, scalars):
+    fn = backend.msm_g1 if group == "G1" else backend.msm_g2
+    return fn(curve, encode(curve, group, points), ints_to_limbs(scalars, curve.Fr.n8 // 4))
+
+
+GROUPS = [(c, g) for c in CURVES for g in ("G1", "G2")]
+GROUP_IDS = [f"{c.name}-{g}" for c, g in GROUPS]
+
+
+@pytest.mark.parametrize(("curve", "group"), GROUPS, ids=GROUP_IDS)
+@SETTINGS
+@given(data=st.data())
+def test_msm_small_matches_reference(curve, group, data):
+    G, r = getattr(curve, group), curve.r
+    n = data.draw(st.integers(1, 6))
+    ks = data.draw(st.lists(st.sampled_from([0, 1, 2, 3, r - 1, 12345]), min_size=n, max_size=n))  # base multiples (0: infinity)
+    edge = st.sampled_from([0, 1, 2, r - 1, r - 2, (r - 1) // 2, 1 << 200])
+    scalars = data.draw(st.lists(st.one_of(edge, st.integers(0, r - 1)), min_size=n, max_size=n))
+    points = [G.mul(G.generator, k) for k in ks]
+    assert run_msm(curve, group, points, scalars) == G.msm(points, scalars)
+
+
+def chain(G, step, n: int):
+    """[1·step, 2·step, ..., n·step] by repeated addition (cheap with the reference arithmetic)."""
+    out, P = [], step
+    for _ in range(n):
+        out.append(P)
+        P = G.add(P, step)
+    return out
+
+
+@pytest.mark.parametrize(("curve", "group"), GROUPS, ids=GROUP_IDS)
+@pytest.mark.parametrize("n", [1, 2, 17, 300])
+def test_msm_matches_closed_form(curve, group, n):
+    """Bases i·S give Σ s_i·P_i = (Σ s_i·k_i)·S: an exact check at sizes the reference MSM is too slow for."""
+    G, r = getattr(curve, group), curve.r
+    rng = random.Random(n)
+    s = rng.randrange(1, r)
+    step = G.mul(G.generator, s)
+    ks = list(range(1, n + 1))
+    points = chain(G, step, n)
+    scalars = [rng.choice([0, 1, r - 1, rng.randrange(r), rng.randrange(1 << 20)]) for _ in range(n)]
+    if n > 4:
+        points[1], ks[1] = None, 0  # infinity base
+        points[2], ks[2] = points[3], ks[3]  # a repeated base
+        scalars[4] = 0
+    expected = G.mul(step, sum(k * c for k, c in zip(ks, scalars)) % r)
+    assert run_msm(curve, group, points, scalars) == expected
+
+
+@pytest.mark.parametrize("group", ["G1", "G2"])
+def test_msm_all_equal_bases_and_opposite_scalars(group):
+    """Bucket sums meet P + P (doubling) and P + (−P) (infinity) here."""
+    curve = BN254
+    G, r = getattr(curve, group), curve.r
+    P = G.mul(G.generator, 99)
+    assert run_msm(curve, group, [P] * 40, [5] * 40) == G.mul(P, 200)
+    assert run_msm(curve, group, [P] * 40, [1, r - 1] * 20) is None
+    assert run_msm(curve, group, [P] * 8, [3, r - 3] * 4) is None
+    assert run_msm(curve, group, [None] * 5, [1, 2, 3, 4, 5]) is None
+    assert run_msm(curve, group, [P] * 3, [0, 0, 0]) is None
+
+
+@pytest.mark.parametrize(("curve", "group"), GROUPS, ids=GROUP_IDS)
+def test_msm_5000_with_booleans_and_full_scalars(curve, group):
+    G, r = getattr(curve, group), curve.r
+    rng = random.Random(3)
+    n = 5000
+    step = G.mul(G.generator, rng.randrange(1, r))
+    points = chain(G, step, n)
+    for scalars in ([rng.randrange(2) for _ in range(n)], [rng.randrange(r) for _ in range(n)]):
+        expected = G.mul(step, sum((i + 1) * c for i, c in enumerate(scalars)) % r)
+        assert run_msm(curve, group, points, scalars) == expected
+
+
+def test_msm_window_plan():
+    assert msm.choose_window(1, 254) >= 2
+    assert 9 <= msm.choose_window(1 << 15, 254) <= 13
+    for c in (2, 3, 11, 16):
+        w = msm._windows_needed(254, c)
+        assert (1 << 254) - 1 + msm._digit_offset(c, w) < 1 << (w * c)
+
+
+def test_msm_rejects_bad_input():
+    good = encode(BN254, "G1", [BN254.G1.generator])
+    with pytest.raises(ValueError, match="one scalar per base"):
+        backend.msm_g1(BN254, good, np.zeros((2, 8), np.uint32))
+    with pytest.raises(ValueError, match="bases must be uint32"):
+        backend.msm_g1(BN254, good.astype(np.uint64), np.zeros((1, 8), np.uint32))
+    with pytest.raises(ValueError, match="G2 bases"):
+        backend.msm_g2(BN254, good, np.zeros((1, 8), np.uint32))
+    with pytest.raises(ValueError, match="scalars"):
+        backend.msm_g1(BN254, good, np.zeros((1, 4), np.uint32))
+    assert backend.msm_g1(BN254, good[:0], np.zeros((0, 8), np.uint32)) is None
+
+
+# backend selection ------------------------------------------------------------------
+
+
+def test_cpu_backend_implements_protocol_and_selection():
+    assert isinstance(backend, Backend)
+    assert backend.name == "cpu"
+    assert get_backend("cpu").name == "cpu"
+    assert get_backend("auto").name in ("cpu", "cuda")
+    with pytest.raises(BackendUnavailableError):
+        get_backend("tpu")
+
+
+# synthesis --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["toy_multiplier", "poseidon_chain_16", "chain4000_bls12381"])
+def test_synthesis_matches_naive_evaluation(name):
+    from cuzk.backends.cpu.synth import evaluate_ab
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.formats.zkey import read_zkey
+
+    d = corpus_dir(name)
+    zkey, wit = read_zkey(d / "circuit.zkey"), read_wtns(d / "witness.wtns")
+    curve, F = zkey.curve, zkey.curve.Fr
+    w = limbs_to_ints(wit.values)
+    r2_inv = pow(F.R * F.R, -1, F.p)
+    want = [[0] * zkey.domain_size, [0] * zkey.domain_size]
+    values = limbs_to_ints(zkey.coeffs["value"])
+    for m, row, sig, v in zip(zkey.coeffs["matrix"].tolist(), zkey.coeffs["constraint"].tolist(), zkey.coeffs["signal"].tolist(), values):
+        want[m][row] = (want[m][row] + v * r2_inv % F.p * w[sig]) % F.p
+    a, b = evaluate_ab(curve, zkey.coeffs, wit.values, zkey.domain_size)
+    assert a.shape == b.shape == (zkey.domain_size, F.n8 // 4)
+    assert from_mont_rows(F, a) == want[0]
+    assert from_mont_rows(F, b) == want[1]
