@@ -80,7 +80,7 @@ from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inpu
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
 from .journal import DataDirLock, Journal
 from .scheduler import Scheduler, SchedulerClosed
-from .workset import PeakProbe, WorkingSet, working_set
+from .workset import PeakProbe, WorkingSet, return_free_heap, working_set
 
 log = logging.getLogger("cuzk.engine")
 
@@ -583,6 +583,9 @@ class Engine:
             with self._measure_lock:
                 self._active.discard(job)
             job.synthesis = None
+            if job.reservation is None and job.lease is None:
+                return
+            return_free_heap()  # the job's arrays are gone: hand their pages back before releasing their bytes
             if job.reservation is not None:
                 job.reservation.release()
                 job.reservation = None

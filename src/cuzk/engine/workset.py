@@ -27,6 +27,8 @@ arithmetic over what the prover allocates, the measurement catches what it canno
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from dataclasses import dataclass
 
@@ -37,7 +39,7 @@ from ..formats.zkey import ZKeyHeader
 ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
 # CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and coordinates kept per point.
 MSM_TASK_POINTS = 1 << 18
-MSM_COORDS_PER_POINT = 4  # the sorted affine points (x, y) plus the batched-inversion tree's scratch
+MSM_MAX_BUCKETS = 1 << 19  # window c <= 20, signed digits: 2^(c-1) buckets
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,12 @@ class WorkingSet:
 def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     """Upper bound of the CPU Pippenger's scratch for ``n`` points of G1 (group=1) or G2 (group=2)."""
     coord = header.n8q * group  # one coordinate of G1 is an Fq, of G2 an Fq2
-    per_point = 2 * header.n8r + 16  # offset scalar (n8r + 8) + index (8) + kind, digit (5), rounded up
-    per_task = min(n, MSM_TASK_POINTS) * MSM_COORDS_PER_POINT * coord  # tasks run one per thread at a time
+    per_point = header.n8r + 24  # offset scalar (n8r + 8), index (8), kind and ±1 digit (5), rounded up
+    # One task per thread at a time: its points sorted by bucket (x, y), the pair arrays of the
+    # batched affine additions (at most one pair per two points: denominator, prefix product,
+    # two indices and a case byte) and digit/infinity bytes; plus start/length per bucket.
+    m = min(n, MSM_TASK_POINTS)
+    per_task = m * (3 * coord + 16) + min(n, MSM_MAX_BUCKETS) * 16
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
 
 
@@ -83,6 +89,28 @@ def working_set(header: ZKeyHeader, *, backend=None, r1cs_path: str | os.PathLik
     return WorkingSet(abc, rest, estimated, measured_bytes)
 
 
+def _libc_malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
+_MALLOC_TRIM = _libc_malloc_trim()
+
+
+def return_free_heap() -> None:
+    """Give memory that malloc holds free back to the kernel (glibc ``malloc_trim``).
+
+    After a job its arrays are freed, but glibc keeps much of that memory mapped for
+    reuse; the kernel still charges it, so the reconciler would count it as untracked and
+    shrink the budget. Trimming after each job keeps the kernel's figure close to what the
+    budget reserves, and makes the next peak measurement start from a clean baseline.
+    """
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
+
+
 def _read_status_kib(field: str) -> int | None:
     try:
         with open("/proc/self/status") as f:
@@ -99,7 +127,9 @@ class PeakProbe:
 
     ``begin()`` resets VmHWM (writing 5 to /proc/self/clear_refs) and notes the current RSS;
     ``end()`` returns how far the high-water mark rose above it. It is process-wide, so the
-    engine only trusts it for a job that ran with no other job or key load beside it.
+    engine only trusts it for a job that ran with no other job or key load beside it. It is
+    a *lower* bound of what the job used (memory malloc kept from earlier and reused does not
+    raise RSS), which is why a measurement only ever raises an estimate, never lowers it.
     Unavailable (``available`` False) where clear_refs cannot be written.
     """
 
