@@ -323,3 +323,35 @@ def test_synthesis_matches_naive_evaluation(name):
     assert a.shape == b.shape == (zkey.domain_size, F.n8 // 4)
     assert from_mont_rows(F, a) == want[0]
     assert from_mont_rows(F, b) == want[1]
+
+
+def test_synthesis_rejects_out_of_range_entries():
+    from cuzk.backends.cpu.synth import SynthesisInputError, evaluate_ab
+    from cuzk.formats.zkey import coeff_dtype
+
+    coeffs = np.zeros(3, dtype=coeff_dtype(32))
+    coeffs["signal"] = [0, 1, 5]
+    witness = ints_to_limbs([1, 2, 3], 8)
+    with pytest.raises(SynthesisInputError, match="coefficient #2: signal = 5"):
+        evaluate_ab(BN254, coeffs, witness, 4)
+    coeffs["signal"] = 0
+    coeffs["constraint"] = [0, 4, 1]
+    with pytest.raises(SynthesisInputError, match="constraint = 4"):
+        evaluate_ab(BN254, coeffs, witness, 4)
+    with pytest.raises(ValueError, match="witness"):
+        evaluate_ab(BN254, coeffs, witness[:, :4], 4)
+
+
+def test_concurrent_msms_from_several_threads():
+    """The engine proves on several threads at once; the MSM task pool is shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    curve, G, r = BN254, BN254.G1, BN254.r
+    rng = random.Random(9)
+    step = G.mul(G.generator, 1234567)
+    bases = encode(curve, "G1", chain(G, step, 400))
+    jobs = [[rng.randrange(r) for _ in range(400)] for _ in range(6)]
+    want = [G.mul(step, sum((i + 1) * c for i, c in enumerate(s)) % r) for s in jobs]
+    with ThreadPoolExecutor(max_workers=3) as ex:
+        got = list(ex.map(lambda s: backend.msm_g1(curve, bases, ints_to_limbs(s, 8)), jobs))
+    assert got == want

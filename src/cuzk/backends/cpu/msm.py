@@ -23,8 +23,8 @@ Plan of one MSM Σ kᵢ·Pᵢ:
 from __future__ import annotations
 
 import math
+import os
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 
 import numba
 import numpy as np
@@ -342,12 +342,21 @@ def choose_window(n_terms: int, max_bits: int) -> int:
     return best_c
 
 
-@lru_cache(maxsize=1)
+_pools: dict[int, ThreadPoolExecutor] = {}
+
+
 def _pool() -> ThreadPoolExecutor:
-    """Worker threads for MSM tasks: a thread pool rather than a numba parallel loop, because
-    a prange kernel re-optimises the whole task code once more (seconds of compile time) and
-    a pool hands out the unevenly sized tasks dynamically."""
-    return ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="cuzk-msm")
+    """Worker threads for MSM tasks, one pool per process (a forked child gets its own).
+
+    A thread pool rather than a numba parallel loop: a prange kernel would re-optimise the
+    whole task code once more (seconds of compile time), and a pool hands out the unevenly
+    sized tasks dynamically.
+    """
+    pid = os.getpid()
+    pool = _pools.get(pid)
+    if pool is None:
+        pool = _pools[pid] = ThreadPoolExecutor(max_workers=numba.config.NUMBA_NUM_THREADS, thread_name_prefix="cuzk-msm")
+    return pool
 
 
 def _chunks(m: int, pieces: int) -> list[tuple[int, int]]:

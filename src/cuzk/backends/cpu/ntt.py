@@ -3,8 +3,9 @@
 The zkey's H points are the Lagrange basis of snarkjs's exact domain (root
 ``curve.fr_root_of_unity(k)``, natural index order), so the transform must use that root;
 any other primitive root would give a well-formed but wrong proof.
-Iterative Cooley-Tukey after a bit-reversal permutation; each stage's butterflies are
-split into chunks that run in parallel. Twiddle tables are cached per (field, log n).
+Iterative Cooley-Tukey after a bit-reversal permutation, in two parallel regions (see
+``_ntt_in_place``): few synchronisations matter on a busy machine, where every barrier
+waits for a descheduled thread. Twiddle tables are cached per (field, log n).
 """
 
 from __future__ import annotations
@@ -52,11 +53,14 @@ def _butterflies(a, tw, m, stride, base, k0, k1, fc):
 def _ntt_in_place(a, tw, log_n, fc):
     """All stages over a bit-reversed input ``a`` (n, N) uint64; tw[i] = w^i for i < n/2.
 
-    The early stages stay inside contiguous chunks, so one parallel region runs them all
-    (no barrier per stage); only the last log2(chunks) stages synchronise per stage.
+    Two parallel regions, no barrier per stage. With C chunks of n/C rows: stages whose
+    butterflies span less than a chunk stay inside one chunk, so task c runs all of them
+    on chunk c; the remaining log2(C) stages pair rows that differ only in their top
+    log2(C) index bits, so the rows with equal index mod n/C form independent columns,
+    and task c runs all those stages on its own range of columns.
     """
     n = a.shape[0]
-    log_chunks = min(6, max(0, log_n - 9))
+    log_chunks = 0 if log_n < 10 else min(6, log_n // 2)
     n_chunks = 1 << log_chunks
     chunk = n >> log_chunks
     p, pinv, one, r2, pm2 = fc
@@ -67,15 +71,16 @@ def _ntt_in_place(a, tw, log_n, fc):
             for base in range(c * chunk, (c + 1) * chunk, 2 * m):
                 _butterflies(a, tw, m, n // (2 * m), base, 0, m, f)
             m *= 2
-    per = (n // 2) // n_chunks
-    m = chunk
-    while m < n:
-        for t in prange(n_chunks):
-            first = t * per
-            block = first // m
-            k0 = first - block * m
-            _butterflies(a, tw, m, n // (2 * m), block * 2 * m, k0, k0 + per, FieldConsts(p, pinv, one, r2, pm2))
-        m *= 2
+    columns = chunk // n_chunks  # chunk >= n_chunks by the choice of log_chunks
+    for c in prange(n_chunks if log_chunks else 0):
+        f = FieldConsts(p, pinv, one, r2, pm2)
+        j0 = c * columns
+        m = chunk
+        while m < n:
+            for base in range(0, n, 2 * m):
+                for k in range(0, m, chunk):
+                    _butterflies(a, tw, m, n // (2 * m), base, k + j0, k + j0 + columns, f)
+            m *= 2
 
 
 @njit(cache=True, parallel=True)
