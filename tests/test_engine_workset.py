@@ -1,0 +1,72 @@
+"""The working-set estimate: exact arithmetic from the header, and an upper bound of what a proof really uses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuzk.backends import get_backend
+from cuzk.circuits.synthetic import synthesize, write_synthetic
+from cuzk.curves import BLS12_381, BN254
+from cuzk.engine.workset import ABC_VECTORS, PeakProbe, cpu_msm_scratch_bytes, return_free_heap, working_set
+from cuzk.formats.wtns import read_wtns
+from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.prover.groth16 import prove
+from cuzk.prover.setup import setup
+
+
+@pytest.fixture(scope="module", params=[(BN254, 3000), (BLS12_381, 1500)], ids=["bn254", "bls12_381"])
+def circuit(request, tmp_path_factory):
+    curve, n = request.param
+    d = tmp_path_factory.mktemp(curve.name)
+    r1cs, wtns = write_synthetic(d, synthesize(curve, n, n_public=3, seed=11))
+    setup(r1cs, d / "circuit.zkey")
+    return d / "circuit.zkey", wtns, r1cs
+
+
+def test_estimate_is_the_documented_arithmetic(circuit):
+    zkey_path, _, r1cs = circuit
+    h = read_zkey_header(zkey_path)
+    E, N, V = h.n8r, h.domain_size, h.n_vars
+    scratch = max(cpu_msm_scratch_bytes(h, V, 2), cpu_msm_scratch_bytes(h, N, 1))
+    ws = working_set(h, backend=get_backend("cpu"))
+    assert ws.abc_bytes == ABC_VECTORS * N * E + N * E + 8 * N
+    assert ws.rest_bytes == 2 * V * E + N * E + scratch
+    assert ws.total_bytes == ws.estimated_bytes and ws.measured_bytes is None
+    with_r1cs = working_set(h, backend=get_backend("cpu"), r1cs_path=r1cs)
+    assert with_r1cs.total_bytes == ws.total_bytes + 2 * r1cs.stat().st_size
+    # A measured peak only ever raises the figure, and only the part released at the end.
+    assert working_set(h, measured_bytes=ws.total_bytes // 2).total_bytes == ws.total_bytes
+    raised = working_set(h, backend=get_backend("cpu"), measured_bytes=ws.total_bytes + 12345)
+    assert raised.total_bytes == ws.total_bytes + 12345 and raised.abc_bytes == ws.abc_bytes
+
+
+def test_estimate_bounds_a_real_proof(circuit):
+    """The RSS high-water mark of a whole proof (from a trimmed heap) stays under the estimate."""
+    zkey_path, wtns, _ = circuit
+    backend = get_backend("cpu")
+    zkey = read_zkey(zkey_path)
+    hot = {name: np.array(getattr(zkey, name)) for name in ("coeffs", "a", "b1", "b2", "c", "h")}  # resident, like a hot key
+    zkey = type(zkey)(**{**{f: getattr(zkey, f) for f in zkey.__dataclass_fields__}, **hot})
+    ws = working_set(zkey.header, backend=backend)
+    probe = PeakProbe()
+    if not probe.available:
+        pytest.skip("/proc/self/clear_refs is not writable here")
+    prove(backend, zkey, read_wtns(wtns))  # the first run compiles and caches (not the job's own memory)
+    return_free_heap()
+    baseline = probe.begin()
+    prove(backend, zkey, read_wtns(wtns))
+    measured = probe.end(baseline)
+    assert 0 < measured <= ws.total_bytes, (measured, ws.to_dict())
+
+
+def test_peak_probe_sees_an_allocation():
+    probe = PeakProbe()
+    if not probe.available:
+        pytest.skip("/proc/self/clear_refs is not writable here")
+    return_free_heap()
+    baseline = probe.begin()
+    block = np.ones(32 << 20, dtype=np.uint8)
+    del block
+    assert (31 << 20) <= probe.end(baseline) < (40 << 20)  # RSS counters lag by a few pages
+    assert probe.end(None) is None
