@@ -23,7 +23,8 @@ from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
 
 CURVES = [BN254, BLS12_381]
-SMALL_CORPUS = [c for c in CORPUS_CIRCUITS if c != "sha256_32B"]
+FAST_CORPUS = ["toy_multiplier", "chain4000_bls12381"]  # one circuit per curve by default, the rest with -m slow
+SLOW_CORPUS = [c for c in CORPUS_CIRCUITS if c not in FAST_CORPUS]
 
 
 def _points(curve, group, rows):
@@ -70,7 +71,7 @@ def _edge_scalars(r):
 
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
 @pytest.mark.parametrize("group", [1, 2])
-@pytest.mark.parametrize("n_hint", [1, 2000, 200_000])
+@pytest.mark.parametrize("n_hint", [1, 2000, pytest.param(200_000, marks=pytest.mark.slow)])
 def test_fixed_base_matches_reference(curve, group, n_hint):
     G = curve.G1 if group == 1 else curve.G2
     base = G.mul(G.generator, random.randrange(1, curve.r))
@@ -150,12 +151,14 @@ def test_domain_and_coefficients_match_snarkjs(name):
 # Whole keys: cuzk's proofs verify with snarkjs (and snarkjs's proofs with the key's vkey).
 
 
-def _prove_and_check(zkey, wtns, vkey, tmp_path, tag=""):
-    """cuzk proves, snarkjs verifies with the exported key; snarkjs proves with the zkey, cuzk verifies."""
-    proof, public = tmp_path / f"proof{tag}.json", tmp_path / f"public{tag}.json"
+def _prove_and_check(zkey, wtns, vkey, tmp_path, snarkjs_proves=False):
+    """cuzk proves, snarkjs verifies with the exported key; optionally snarkjs proves with the zkey and cuzk verifies."""
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
     assert cli_main(["prove", str(zkey), str(wtns), str(proof), str(public)]) == 0
     assert snarkjs_verify(vkey, public, proof)
-    s_proof, s_public = tmp_path / f"snarkjs_proof{tag}.json", tmp_path / f"snarkjs_public{tag}.json"
+    if not snarkjs_proves:
+        return
+    s_proof, s_public = tmp_path / "snarkjs_proof.json", tmp_path / "snarkjs_public.json"
     res = subprocess.run([str(SNARKJS), "groth16", "prove", str(zkey), str(wtns), str(s_proof), str(s_public)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert load_json(s_public) == load_json(public)
@@ -163,7 +166,7 @@ def _prove_and_check(zkey, wtns, vkey, tmp_path, tag=""):
 
 
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
-@pytest.mark.parametrize(("n", "n_public"), [(200, 0), (1 << 10, 3)])
+@pytest.mark.parametrize(("n", "n_public"), [(200, 0), pytest.param(1 << 10, 3, marks=pytest.mark.slow)])
 def test_test_only_key_for_synthetic_circuit(curve, n, n_public, tmp_path, capsys):
     if not snarkjs_available():
         pytest.skip("snarkjs oracle not installed")
@@ -177,17 +180,12 @@ def test_test_only_key_for_synthetic_circuit(curve, n, n_public, tmp_path, capsy
     assert header.delta1 == header.mpc.contributions[0].delta_after != curve.G1.generator
     assert header.gamma2 == curve.G2.generator
     assert 1 << header.power == header.domain_size >= n + n_public + 1
-    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path)
+    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path, snarkjs_proves=True)
 
 
-@pytest.mark.parametrize("name", SMALL_CORPUS or ["toy_multiplier"])
+@pytest.mark.parametrize("name", FAST_CORPUS + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CORPUS])
 def test_test_only_key_for_corpus_circuit(name, tmp_path):
     _corpus_key(name, tmp_path)
-
-
-@pytest.mark.slow
-def test_test_only_key_for_sha256(tmp_path):
-    _corpus_key("sha256_32B", tmp_path)
 
 
 def _corpus_key(name, tmp_path):
@@ -199,7 +197,7 @@ def _corpus_key(name, tmp_path):
     theirs, ours = read_zkey_header(d / "circuit.zkey"), read_zkey_header(zkey)
     assert (ours.curve, ours.n_vars, ours.n_public, ours.domain_size) == (theirs.curve, theirs.n_vars, theirs.n_public, theirs.domain_size)
     assert ours.section_nbytes() == theirs.section_nbytes()
-    _prove_and_check(zkey, d / "witness.wtns", vkey, tmp_path)
+    _prove_and_check(zkey, d / "witness.wtns", vkey, tmp_path, snarkjs_proves=name == "toy_multiplier")
 
 
 def test_every_setup_samples_fresh_secrets(tmp_path):
@@ -248,7 +246,7 @@ def _ptau_key(curve, ptau, tmp_path, capsys):
         assert header.alpha1 == g1_from_bytes(curve, p.alpha_g1().tobytes())
         assert header.beta2 == g2_from_bytes(curve, p.beta_g2().tobytes())
     assert header.mpc.contributions[0].name == f"cuzk setup from {ptau.name}"
-    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path)
+    _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path, snarkjs_proves=True)
 
 
 def test_ptau_key_bn254(ptau_bn254, tmp_path, capsys):
