@@ -62,7 +62,9 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     colours = list(plt.get_cmap("tab20c").colors[: len(cats)]) + ["#bdbdbd"]
     if len(t):
         ax.stackplot(t, *[np.nan_to_num(layer) for layer in layers], labels=labels, colors=colours, alpha=0.85, step="post")
-        ax.step(t, series([s.limit_bytes for s in samples]), where="post", color="#d7191c", lw=2, label="limit")
+        attached = report["daemon"]["mode"] == "attached"  # the bench cannot read that daemon's cgroup: the engine's ceiling stands in
+        ax.step(t, series([s.limit_bytes for s in samples]), where="post", color="#d7191c", lw=2,
+                label="ceiling (the engine's view)" if attached else "limit")
         ax.step(t, series([s.budget_total_bytes for s in samples]), where="post", color="black", lw=1.5, label="budget")
         ax.step(t, series([s.budget_effective_bytes for s in samples]), where="post", color="black", lw=1, ls="--",
                 label="budget (effective)")
@@ -91,7 +93,8 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     rate = report["proofs_per_s"]
-    ax.set_title(f"cuzk bench: {', '.join(c['name'] for c in report['workload']['circuits'])} — {report['jobs']['done']} proofs"
+    circuits = [c["name"] for c in report["workload"]["circuits"]]
+    ax.set_title(f"cuzk bench: {', '.join(circuits) if len(circuits) <= 3 else f'{len(circuits)} circuits'} — {report['jobs']['done']} proofs"
                  + ("" if rate is None else f", {rate:.2f} proofs/s") + f", OOM recoveries: {report['oom']['recoveries']}")
 
     seen: set[str] = set()

@@ -169,7 +169,7 @@ def build_report(run: BenchRun, jobs_info: dict[str, Any], metrics_text: str) ->
         "aborted": run.abort_reason,
         "workload": {
             "circuits": [{"name": c.name, "zkey": str(c.zkey), "wtns": str(c.wtns),
-                          **{k: key_info.get(run.key_names[c.name], {}).get(k) for k in ("curve", "domain_size", "hot_bytes")}}
+                          **{k: key_info.get(run.key_names[c.name], {}).get(k) for k in ("curve", "domain_size", "hot_bytes", "working_set_bytes")}}
                          for c in opts.circuits],
             "jobs": opts.jobs, "warmup_jobs": sum(j.warmup for j in run.planned), "concurrency": opts.concurrency,
             "priorities": opts.priorities,
