@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,6 +83,13 @@ class Gate:
 
     def open(self) -> None:
         self.opened.set()
+
+
+def wait_until(condition, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
 
 
 def sizes(c: Circuit) -> tuple[int, int, int]:
@@ -226,8 +234,7 @@ def test_cancel_while_waiting_for_memory(make_engine, circuits):
     first = engine.submit("small", w)
     gate.wait()
     second = engine.submit("small", w)
-    while engine.budget.snapshot()["waiters"] == 0:  # the second job queues for memory
-        threading.Event().wait(0.005)
+    wait_until(lambda: engine.budget.snapshot()["waiters"] > 0)  # the second job queues for memory
     assert engine.get(second).state is JobState.QUEUED
     engine.cancel(second)
     assert engine.await_result(second, timeout=SLOW).state is JobState.CANCELLED
@@ -423,3 +430,17 @@ def test_engine_config_from_the_daemon_table(tmp_path):
         EngineConfig.from_mapping(tmp_path, {"nonsense": 1})
     with pytest.raises(ValueError, match="synth_workers"):
         EngineConfig(data_dir=tmp_path, synth_workers=0)
+
+
+def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, tmp_path):
+    """Without a given budget the engine plans one from the machine's limits and runs the reconciler."""
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", heartbeat=True, housekeeping_interval_s=0.05)
+    with Engine(config) as engine:
+        assert 0 < engine.budget.total_bytes and engine.reconciler is not None
+        engine.register_key("small", circuits["small"].zkey)
+        assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+        state_file = tmp_path / "data" / "run" / "engine-state.json"
+        wait_until(lambda: state_file.exists() and json.loads(state_file.read_text())["jobs_finished"] == 1)
+        state = json.loads(state_file.read_text())
+        assert state["budget_total"] == engine.budget.total_bytes and state["charged_bytes"] > 0
+        assert engine.status()["reconciler"]["latest"]["source"] in ("cgroup", "meminfo", "rss")
