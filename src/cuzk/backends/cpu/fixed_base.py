@@ -24,8 +24,11 @@ parallel; the Jacobian kernels end each chunk with one batch inversion to go aff
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 from numba import njit, prange
+from numba.core.errors import NumbaIRAssumptionWarning
 
 from ...curves import Curve
 from ...curves.ec import Point
@@ -52,6 +55,11 @@ from .field import (
     fp_mul,
     fp_set_zero,
 )
+
+# Compiling the parallel Straus kernel over field.py's inline="always" overloads makes numba's
+# own pedantic IR check print dozens of "please report" warnings; the compiled code is
+# correct (tests compare it with the reference), so they are silenced for this file only.
+warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module=r".*fixed_base")
 
 CHUNK = 512  # points normalised per batch inversion (one inversion ≈ 400 products)
 FIXED_BASE_CHUNK = 4096  # rows sharing each window's inversion in the fixed-base kernel
