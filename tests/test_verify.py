@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from conftest import CORPUS_CIRCUITS, corpus_dir, load_json
 from cuzk.curves import BLS12_381, BN254, CURVES, Curve
 from cuzk.formats.json_io import Groth16Proof, VerificationKey, read_proof, read_public, read_vkey
-from cuzk.prover.verify import PreparedVerifyingKey, VerifyInputError, alphabeta, prepare_vkey, verify
+from cuzk.formats.zkey import read_zkey
+from cuzk.prover.verify import PreparedVerifyingKey, VerifyInputError, alphabeta, prepare_vkey, verify, vkey_from_zkey
 
 by_curve = pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
 
@@ -211,3 +212,9 @@ def test_corpus_proof_verifies_and_tampering_fails(name):
         assert not verify(pvk, [(public[0] + 1) % vk.curve.r, *public[1:]], proof)
         with pytest.raises(VerifyInputError, match="outside"):
             verify(pvk, [vk.curve.r, *public[1:]], proof)
+
+
+@pytest.mark.parametrize("name", ["toy_multiplier", "chain4000_bls12381"])
+def test_vkey_from_zkey_equals_snarkjs_export(name):
+    d = corpus_dir(name)
+    assert vkey_from_zkey(read_zkey(d / "circuit.zkey")) == read_vkey(d / "verification_key.json")

@@ -29,6 +29,11 @@ point P is c_y*y_P + c_x*x_P*w + c_0*w^3 (D-type) or c_0 + c_x*x_P*w^2 + c_y*y_P
 G2 point (a verifying key's gamma, delta) are computed once (``prepare_g2``). Several
 pairings share one loop and one final exponentiation, whose hard part uses cyclotomic
 squarings and the same exponent as snarkjs.
+
+Also here, for the verifier: subgroup checks by endomorphisms instead of multiplying by r
+(BLS12 G1: Bowe's (beta x, y) = [-x^2] P; BLS12 G2: Scott's psi(Q) = [x] Q; BN G2: El Housni,
+Guillevic and Piellard's [u+1] Q + psi([u] Q) + psi^2([u] Q) = psi^3([2u] Q); BN254's G1 has
+cofactor 1), and a Straus/Pippenger G1 MSM for the public-input combination of IC points.
 """
 
 from __future__ import annotations
@@ -245,15 +250,39 @@ def fq_mul(W, sp, o, a, b, F):
 
 @njit(cache=True, inline="always")
 def fq_mul_small(W, o, a, k, F):
-    """k*a for a small k >= 1 (the non-residue's 9) by double-and-add; o must not alias a."""
-    top = 0
-    while (k >> (top + 1)) != 0:
-        top += 1
-    fq_copy(W, o, a, F)
-    for bit in range(top - 1, -1, -1):
-        fq_add(W, o, o, o, F)
-        if (k >> bit) & 1:
-            fq_add(W, o, o, a, F)
+    """k*a for a small k >= 1 (BN254's non-residue has k = 9); o must not alias a.
+
+    One multiply pass gives V = k*a below k*P; the quotient V // P (at most k) is estimated
+    from the top words in floating point, at most two below the truth, so after subtracting
+    that multiple of P a short loop of conditional subtractions finishes the reduction.
+    """
+    P = F[0]
+    n = len(P)
+    kk = np.uint64(k)
+    c = ZERO64
+    for j in range(n):
+        W[o, j], c = mul_add(ZERO64, W[a, j], kk, c)
+    est = np.int64((float(c) * 18446744073709551616.0 + float(W[o, n - 1])) / (float(P[n - 1]) + 1.0)) - 1
+    if est > 0:
+        m = np.uint64(est)
+        br = ZERO64
+        for j in range(n):
+            lo, hi = mul_add(br, m, P[j], ZERO64)
+            W[o, j], b = sub_borrow(W[o, j], lo, ZERO64)
+            br = hi + b
+        c -= br
+    reduced = False
+    while not reduced:
+        if c == ZERO64:
+            br = ZERO64
+            for j in range(n):
+                _, br = sub_borrow(W[o, j], P[j], br)
+            reduced = br != ZERO64
+        if not reduced:
+            br = ZERO64
+            for j in range(n):
+                W[o, j], br = sub_borrow(W[o, j], P[j], br)
+            c -= br
 
 
 @njit(cache=True)
