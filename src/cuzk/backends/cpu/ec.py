@@ -22,7 +22,6 @@ from .field import (
     fe_add,
     fe_copy,
     fe_double,
-    fe_eq,
     fe_inv,
     fe_is_zero,
     fe_mul,
@@ -53,11 +52,6 @@ def _coord_scratch(point, fc):
 @njit(inline="always")
 def jac_set_inf(out):
     fe_set_zero(out[2])
-
-
-@njit(inline="always")
-def jac_is_inf(P):
-    return fe_is_zero(P[2])
 
 
 @njit(inline="always")
@@ -208,8 +202,3 @@ def jac_to_affine(P, out, fc):
     fe_mul(zi2, zi, zi2, fc)
     fe_mul(P[1], zi2, out[1], fc)
     return True
-
-
-@njit(inline="always")
-def affine_eq(A, B):
-    return fe_eq(A[0], B[0]) and fe_eq(A[1], B[1])

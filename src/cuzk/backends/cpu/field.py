@@ -604,8 +604,8 @@ def _stack_array(typingctx, like, rows, extra):
 
 
 # The Fp spellings, for code that only ever handles rows.
-fp_add, fp_sub, fp_neg, fp_double, fp_mul, fp_sqr, fp_inv = fe_add, fe_sub, fe_neg, fe_double, fe_mul, fe_sqr, fe_inv
-fp_copy, fp_set_zero, fp_is_zero, fp_eq = fe_copy, fe_set_zero, fe_is_zero, fe_eq
+fp_add, fp_sub, fp_neg, fp_mul, fp_sqr, fp_inv = fe_add, fe_sub, fe_neg, fe_mul, fe_sqr, fe_inv
+fp_copy, fp_set_zero, fp_is_zero = fe_copy, fe_set_zero, fe_is_zero
 
 
 @njit(cache=True)
