@@ -43,6 +43,7 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.patches import Patch
+    from matplotlib.ticker import MaxNLocator
 
     samples = run.sampler.samples
     jobs = report["job_records"]
@@ -104,6 +105,7 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
             axj.barh(row, end - start, left=start, color=PHASE_COLOURS[phase], alpha=0.45 if job["warmup"] else 1.0,
                      edgecolor="none", height=0.8)
     axj.set_ylabel("job")
+    axj.yaxis.set_major_locator(MaxNLocator(integer=True))
     axj.set_xlabel("seconds since the run began")
     axj.invert_yaxis()
     axj.grid(axis="x", alpha=0.3)
