@@ -16,6 +16,7 @@ from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.cli import main as cli_main
 from cuzk.curves import BLS12_381, BN254
 from cuzk.curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
+from cuzk.formats.binfile import BinFile, write_binfile
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
 from cuzk.formats.ptau import read_ptau
 from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
@@ -315,3 +316,18 @@ def test_malformed_ptau(ptau_bn254, tmp_path, small_r1cs, capsys):
 
 def test_setup_error_is_a_value_error():
     assert issubclass(SetupError, ValueError)
+
+
+def test_implausible_wire_count_is_refused_before_allocating(tmp_path, small_r1cs, capsys):
+    """A header may claim 2^32 − 1 wires for a handful of constraints: a clear error, not a 400 GiB allocation."""
+    with BinFile(small_r1cs, "r1cs", 1) as f:
+        constraints = f.read(2)
+    n_constraints = read_r1cs(small_r1cs).n_constraints
+    header = b"".join([
+        (32).to_bytes(4, "little"), BN254.r.to_bytes(32, "little"),
+        *(v.to_bytes(4, "little") for v in (2**32 - 1, 0, 1, 2)), (2**32 - 1).to_bytes(8, "little"),
+        n_constraints.to_bytes(4, "little"),
+    ])  # fmt: skip
+    huge = tmp_path / "huge.r1cs"
+    write_binfile(huge, "r1cs", 1, [(2, [constraints]), (1, [header])])
+    assert "GiB to set up" in _setup_error([huge, tmp_path / "out.zkey"], capsys)

@@ -380,6 +380,23 @@ def _contribution(curve: Curve, delta: int, name: str, cs_hash: bytes) -> ZKeyCo
     return ZKeyContribution(G1.mul(G1.generator, delta), g1_s, g1_sx, G2.mul(g2_sp, delta), transcript, 0, name)
 
 
+def working_memory(r1cs: R1CS, log_n: int) -> int:
+    """Bytes a setup holds at its peak, roughly: per-wire scalars and column copies, Lagrange vectors, tables."""
+    nnz = r1cs.A.nnz + r1cs.B.nnz + r1cs.C.nnz
+    fr = r1cs.curve.Fr.n8
+    per_wire = 4 * fr + 4 * 8  # u, v, w, k and the column pointers
+    per_term = 2 * (8 + fr) + 12 + fr  # two column copies and the coefficient entry
+    return r1cs.n_wires * per_wire + nnz * per_term + (3 << log_n) * fr + (256 << 20)
+
+
+def _check_memory(r1cs: R1CS, log_n: int) -> None:
+    """Refuse up front what could never fit in this machine's memory (e.g. a header claiming 2^32 wires)."""
+    need = working_memory(r1cs, log_n)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise SetupError(f"{r1cs.path}: {r1cs.n_wires} wires and {r1cs.n_constraints} constraints need about {need / 2**30:.1f} GiB to set up, more than this machine's {total / 2**30:.1f} GiB")
+
+
 def setup(
     r1cs: R1CS | str | os.PathLike,
     zkey_path: str | os.PathLike,
@@ -398,6 +415,7 @@ def setup(
     log_n = domain_power(r1cs.n_constraints, r1cs.n_public)
     if log_n + 1 > curve.fr_two_adicity:
         raise SetupError(f"{r1cs.path}: {r1cs.n_constraints} constraints need a 2^{log_n} domain, and {curve.name} has roots of unity only up to 2^{curve.fr_two_adicity} (H needs 2^{log_n + 1})")
+    _check_memory(r1cs, log_n)
     coeffs = coefficient_section(r1cs)
     timings["read"] = time.perf_counter() - t
 
