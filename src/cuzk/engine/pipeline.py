@@ -23,9 +23,10 @@ The API, all thread-safe:
   not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
   replayed by the next engine on this data directory), ``UnknownJobError``.
 - ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
-- ``cancel(job_id) -> bool`` — works at every stage: queued (removed at once), waiting
-  for memory, synthesizing, waiting for a prover, proving (stops at the next phase
-  boundary). False when the job had already finished.
+- ``cancel(job_id) -> bool`` — works at every stage. A queued job, or a synthesized one
+  waiting for a prover, is CANCELLED when this returns; one that a worker holds (waiting
+  for memory, synthesizing, proving) stops at its next phase boundary, so its state
+  settles to CANCELLED shortly after (await it). False when the job had already finished.
 - ``register_key(name, zkey_path, r1cs_path=None)`` / ``unregister_key(name)`` — remembered
   in the journal across restarts; with an r1cs every witness is checked for
   satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
@@ -54,9 +55,10 @@ the journal, so the next engine on the data directory replays it (as after a cra
 whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM
 kills) is failed at replay instead of being retried forever.
 
-Threads, not processes: the numba kernels and CuPy release the GIL where they can. (The
-CPU backend's kernels are compiled without ``nogil``, so on the CPU backend synthesis and
-proving take turns on the GIL; they overlap fully with the CUDA backend.)
+Threads, not processes. The CPU backend's numba kernels are compiled without ``nogil``
+(they are ``parallel`` and use every core themselves), so on the CPU backend synthesis and
+proving take turns on the GIL rather than overlapping; with the CUDA backend the proving
+thread mostly waits on the GPU, which is where the overlap pays.
 """
 
 from __future__ import annotations
@@ -170,7 +172,6 @@ class _Job:
         self.overlapped = False  # another job or key load ran beside it: its peak is not its own
         self.probe_baseline: int | None = None
         self.loads_at_start = 0
-        self.timings: dict[str, float] = {}
         self.lock = threading.Lock()
 
     def cancelled(self) -> bool:
@@ -388,7 +389,11 @@ class Engine:
     def _enqueue(self, job: _Job) -> None:
         with self._jobs_lock:
             self._jobs[job.id] = job
-        self._queue.push(job.id, job.priority, job.seq, job)
+        try:
+            self._queue.push(job.id, job.priority, job.seq, job)
+        except SchedulerClosed:  # stop() raced the submit: the job is journaled and runs after a restart
+            with self._jobs_lock:
+                self._jobs.pop(job.id, None)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -608,7 +613,7 @@ class Engine:
         with self._jobs_lock:
             if job.done.is_set():
                 return
-            job.final = self.journal.finish(job.id, state, timings=result.pop("timings", None) or job.timings, **result)
+            job.final = self.journal.finish(job.id, state, **result)
             job.state = state
             self._jobs.pop(job.id, None)
             self._finished += 1
