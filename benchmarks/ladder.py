@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from cuzk.circuits.synthetic import synthesize, write_synthetic
+from cuzk.circuits.synthetic import TERMS_PER_CONSTRAINT, synthesize, write_synthetic
 from cuzk.curves import Curve, curve_by_name
 from cuzk.formats.json_io import write_public, write_vkey
 from cuzk.formats.zkey import read_zkey
@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 SNARKJS = REPO / "tests" / "oracle" / "node_modules" / ".bin" / "snarkjs"
 N_PUBLIC = 2
 SEED = 20240601
-TERMS_PER_CONSTRAINT = 6.5  # what the synthetic generator averages (A + B + C)
 
 
 def estimated_bytes(curve: Curve, n: int) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SNARKJS, load_json, snarkjs_available
-from cuzk.circuits.synthetic import MAX_CONSTRAINTS, SyntheticError, synthesize, write_synthetic
+from cuzk.circuits.synthetic import MAX_CONSTRAINTS, SyntheticError, estimated_memory, synthesize, write_synthetic
 from cuzk.cli import main as cli_main
 from cuzk.curves import BLS12_381, BN254
 from cuzk.formats.limbs import limbs_to_ints
@@ -96,6 +97,15 @@ def test_files_round_trip_and_snarkjs_accepts_the_witness(curve, tmp_path):
 def test_impossible_parameters_are_clear_errors(n, n_public):
     with pytest.raises(SyntheticError, match="constraints|public inputs"):
         synthesize(BN254, n, n_public)
+
+
+def test_too_large_for_this_machine_is_refused_before_allocating():
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    n = next((1 << k for k in range(20, 29) if estimated_memory(BN254, 1 << k) > total), None)
+    if n is None:
+        pytest.skip("this machine could generate even the largest circuit")
+    with pytest.raises(SyntheticError, match="GiB to generate"):
+        synthesize(BN254, n, 1)
 
 
 def test_cli_writes_circuit_witness_and_public(tmp_path, capsys):

@@ -43,6 +43,7 @@ N_PRIVATE_INPUTS = 2
 MAX_LAYER = 1 << 16
 LOCAL_WINDOW = 256
 MAX_CONSTRAINTS = 1 << 28  # beyond any curve's FFT domain anyway
+TERMS_PER_CONSTRAINT = 6.5  # A + B + C terms per row, on average, with KIND_SHARES below
 
 PRODUCT, BOOLEAN, LINEAR, BITS = range(4)
 KIND_SHARES = np.array([0.5, 0.2, 0.2, 0.1])  # product, booleanity, linear, bit recomposition
@@ -257,12 +258,22 @@ def _solve_rows(a_ptr, a_wires, a_coeffs, b_ptr, b_wires, b_coeffs, c_ptr, c_wir
             fp_sub(aw, cw, out[i], fc)
 
 
+def estimated_memory(curve: Curve, n_constraints: int) -> int:
+    """Peak bytes while generating: the terms twice (pieces, then the assembled matrices) and the witness twice."""
+    per_term = 8 + curve.Fr.n8
+    return int(2 * TERMS_PER_CONSTRAINT * n_constraints * per_term + 2 * n_constraints * curve.Fr.n8) + (128 << 20)
+
+
 def synthesize(curve: Curve, n_constraints: int, n_public: int = 1, seed: int | None = None) -> SyntheticCircuit:
     """A circuit of exactly ``n_constraints`` constraints and ``n_public`` public inputs, with its witness."""
     if not 1 <= n_constraints <= MAX_CONSTRAINTS:
         raise SyntheticError(f"constraints must be in 1..{MAX_CONSTRAINTS}, got {n_constraints}")
     if not 0 <= n_public <= n_constraints:
         raise SyntheticError(f"public inputs must be in 0..{n_constraints} (the constraint count), got {n_public}")
+    need = estimated_memory(curve, n_constraints)
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise SyntheticError(f"{n_constraints} constraints need about {need / 2**30:.1f} GiB to generate, more than this machine's {total / 2**30:.1f} GiB")
     return _Generator(curve, n_constraints, n_public, seed).run()
 
 
