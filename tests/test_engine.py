@@ -444,3 +444,10 @@ def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, t
         state = json.loads(state_file.read_text())
         assert state["budget_total"] == engine.budget.total_bytes and state["charged_bytes"] > 0
         assert engine.status()["reconciler"]["latest"]["source"] in ("cgroup", "meminfo", "rss")
+
+
+def test_warm_tier_engine_proves_from_the_mapping(make_engine, circuits):
+    engine = make_engine(key_tier="warm")
+    assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+    key = engine.status()["keys"][0]
+    assert key["tier"] == "warm" and key["reserved_bytes"] == key["warm_bytes"]
