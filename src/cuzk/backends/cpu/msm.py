@@ -10,7 +10,7 @@ Plan of one MSM Σ kᵢ·Pᵢ:
    [wc, wc + c) of k + H minus 2^(c−1). Signed digits halve the bucket count, and the
    sign costs only a negated y of an affine point. c comes from a cost model over the
    number of general terms and the largest scalar's bit length.
-3. Each (window, chunk of points) is an independent task, run in parallel: the points are
+3. Each (window, chunk of points) is an independent task, run on a thread pool: the points are
    counting-sorted by bucket, then every bucket is summed as a tree of *affine*
    additions. All the additions of one tree level (across every bucket of the task) share
    a single field inversion (Montgomery's trick), so one addition costs about 6 field
