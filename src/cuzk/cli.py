@@ -176,12 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, help="make the same circuit and witness again")
     c.set_defaults(func=_cmd_circuit_synth)
 
-    try:
-        from .memory.commands import add_memory_commands
-    except ImportError:
-        pass
-    else:
-        add_memory_commands(sub)
+    from .memory.commands import add_memory_commands
+
+    add_memory_commands(sub)
     add_daemon_commands(sub)
     from .bench.command import add_bench_command
 

@@ -346,8 +346,6 @@ def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
         raise f.error(COEFFS, f"entry #{bad}: value is not reduced modulo r")
 
 
-_check_coeffs = check_coeffs  # the name keys/manager.py used before this became public; remove when it switches
-
 
 # coefficient value conversions ---------------------------------------------------------
 def _scale(curve: Curve, values: np.ndarray, k: int) -> np.ndarray:
