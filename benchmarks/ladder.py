@@ -4,8 +4,8 @@ Each rung is a directory ``<cache>/<curve>/2^k/`` holding ``circuit.r1cs``, ``wi
 ``public.json``, a test-only ``circuit.zkey`` from ``cuzk setup`` and its
 ``verification_key.json``, plus ``rung.json`` recording the parameters and how long each
 step took. A rung whose ``rung.json`` matches the requested parameters is reused as is;
-a rung that would not fit in the free disk space (estimated from its size) is skipped
-with a message.
+a rung that would not fit in the free disk space (estimated from its size) or in memory
+(``synthesize`` and ``setup`` refuse such sizes up front) is skipped with a message.
 
     .venv/bin/python benchmarks/ladder.py                         # 2^16, 2^18, 2^20 on BN254
     .venv/bin/python benchmarks/ladder.py --sizes 16,18,20,22,24 --curve bls12-381 --prove
@@ -26,11 +26,11 @@ import sys
 import time
 from pathlib import Path
 
-from cuzk.circuits.synthetic import TERMS_PER_CONSTRAINT, synthesize, write_synthetic
+from cuzk.circuits.synthetic import TERMS_PER_CONSTRAINT, SyntheticError, synthesize, write_synthetic
 from cuzk.curves import Curve, curve_by_name
 from cuzk.formats.json_io import write_public, write_vkey
 from cuzk.formats.zkey import read_zkey
-from cuzk.prover.setup import setup
+from cuzk.prover.setup import SetupError, setup
 from cuzk.prover.verify import vkey_from_zkey
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         if not (rung / "rung.json").exists() and need > 0.9 * have:
             print(f"2^{log_n}: skipped, needs ~{need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB are free", flush=True)
             continue
-        record = build_rung(curve, log_n, root, args.prove, args.backend)
+        try:
+            record = build_rung(curve, log_n, root, args.prove, args.backend)
+        except (SyntheticError, SetupError) as exc:  # e.g. more memory than this machine has
+            print(f"2^{log_n}: skipped, {exc}", flush=True)
+            continue
         shown = {k: v for k, v in record.items() if k.endswith("_s") or k in ("snarkjs_verified", "prove_phases")}
         print(f"2^{log_n}: {rung}  {json.dumps(shown)}", flush=True)
     return 0
