@@ -20,8 +20,8 @@ few hundred wires (locality, like a circuit's gadgets) and half from anywhere ea
 The witness is computed while the constraints are drawn: constraints come in layers
 whose operands all precede the layer, so each layer is a handful of vectorised field
 operations (field.py kernels, Montgomery form) over its rows. 2^20 constraints take
-seconds; memory is about twice the r1cs (~36 bytes per term, about 6.5 terms per
-constraint) while the matrices are assembled at the end.
+seconds; memory peaks at about three times the r1cs (~36 bytes per term, about 6.5 terms
+per constraint) while the file is written.
 """
 
 from __future__ import annotations
@@ -259,9 +259,10 @@ def _solve_rows(a_ptr, a_wires, a_coeffs, b_ptr, b_wires, b_coeffs, c_ptr, c_wir
 
 
 def estimated_memory(curve: Curve, n_constraints: int) -> int:
-    """Peak bytes while generating: the terms twice (pieces, then the assembled matrices) and the witness twice."""
-    per_term = 8 + curve.Fr.n8
-    return int(2 * TERMS_PER_CONSTRAINT * n_constraints * per_term + 2 * n_constraints * curve.Fr.n8) + (128 << 20)
+    """Peak bytes to generate and write a circuit: the terms three times over (the matrices, then
+    the r1cs writer's concatenation and encoded words; measured 1.1 GB at 2^20), the witness twice."""
+    per_term = 4 + curve.Fr.n8
+    return int(3 * TERMS_PER_CONSTRAINT * n_constraints * per_term + 2 * n_constraints * curve.Fr.n8) + (256 << 20)
 
 
 def synthesize(curve: Curve, n_constraints: int, n_public: int = 1, seed: int | None = None) -> SyntheticCircuit:
