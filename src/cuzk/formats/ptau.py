@@ -159,12 +159,6 @@ class Ptau:
     def beta_g2(self) -> np.ndarray:
         return self._points(6, 2, 0, 1)[0]
 
-    def tau_powers_g1(self, start: int, count: int) -> np.ndarray:
-        """τ^start·G1 ... τ^(start+count−1)·G1 (section 2)."""
-        if start < 0 or start + count > 2 ** (self.header.power + 1) - 1:
-            raise self._bin.error(2, f"has no powers {start}..{start + count - 1}")
-        return self._points(2, 1, start, count)
-
 
 def read_ptau(path: str | os.PathLike) -> Ptau:
     """Open a .ptau file, checking its header and every section's size."""
