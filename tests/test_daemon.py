@@ -348,14 +348,17 @@ def test_priorities_respected(client, circuits, blocker):
 
 def test_cancel_at_each_stage(client, circuits, blocker):
     toy = circuits["small"]
-    # Queued: behind a running blocker.
-    block_id, _ = client.submit(blocker.name, blocker.witness_bytes(), priority="critical")
-    wait_for(lambda: job_state(client, block_id) != "QUEUED", 60, "the blocker to start")
+    # Queued: behind two blockers — one proving, one holding the synthesis slot that overlaps
+    # it — so the low-priority job cannot have left the queue when it is cancelled.
+    block_ids = [client.submit(blocker.name, blocker.witness_bytes(), priority="critical")[0] for _ in range(2)]
+    wait_for(lambda: job_state(client, block_ids[0]) != "QUEUED", 60, "the first blocker to start")
     queued_id, _ = client.submit(toy.name, toy.witness_bytes(), priority="low")
+    assert job_state(client, queued_id) == "QUEUED"
     assert client.cancel(queued_id) == (True, "CANCELLED")
     with pytest.raises(JobCancelled):
         client.await_proof(queued_id, 30)
-    client.await_proof(block_id, 300)
+    for block_id in block_ids:
+        client.await_proof(block_id, 300)
 
     # Synthesizing and proving: caught in the act by polling the job's state.
     for stage in ("SYNTHESIZING", "PROVING"):
