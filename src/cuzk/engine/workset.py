@@ -15,7 +15,10 @@ E = bytes per Fr element (n8r), V = number of signals:
 - MSM phase: the H scalars (N·E) and the MSM scratch of the largest MSM: the backend's own
   ``msm_scratch_bytes(curve, n, group)`` where it has one, else the CPU Pippenger's bound
   (recoded scalar copy and indices per point, plus bounded per-task bucket sorting space);
-- with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size.
+- with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size;
+- allocator slack: each worker thread's malloc arena and stack pages first touched by a job,
+  a fixed THREAD_SLACK_BYTES per thread (measured peaks of 2^10 circuits exceed the exact
+  terms by ~0.1 MiB with 2 threads).
 
 The reservation is released in two phases: the a/b/c part when the prover reports those
 vectors freed (``on_abc_released``), the rest when the job ends. A measured peak for the
@@ -70,6 +73,9 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
 
 
+THREAD_SLACK_BYTES = 256 << 10
+
+
 def working_set(header: ZKeyHeader, *, backend=None, r1cs_path: str | os.PathLike | None = None,
                 measured_bytes: int | None = None) -> WorkingSet:
     """The working-set reservation of one proof with this key (see the module docstring for each term)."""
@@ -80,7 +86,7 @@ def working_set(header: ZKeyHeader, *, backend=None, r1cs_path: str | os.PathLik
     else:
         scratch = max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
     abc = ABC_VECTORS * N * E + N * E + 8 * N
-    rest = 2 * V * E + N * E + scratch
+    rest = 2 * V * E + N * E + scratch + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
     if r1cs_path is not None:
         rest += 2 * os.path.getsize(r1cs_path)
     estimated = abc + rest
