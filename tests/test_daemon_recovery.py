@@ -96,10 +96,17 @@ def make_cgroup():
 
 
 def engine_footprint(client: Client, circuit: Circuit) -> tuple[int, int]:
-    """(bytes the idle engine process is charged, bytes one proof of ``circuit`` reserves: key + working set)."""
+    """(bytes the idle engine takes once warm, bytes each concurrent proof of ``circuit`` adds: its working set).
+
+    Warm means after one proof: the key is loaded and numba's compiled kernels are in memory.
+    The idle figure is the larger of the cgroup's charge and the engine's RSS: the reconciler
+    counts one or the other depending on which limit binds.
+    """
+    client.prove(circuit.name, circuit.witness_bytes(), timeout=600)
     status = client.status()
     key = next(k for k in status["keys"] if k["name"] == circuit.name)
-    return status["reconciler"]["latest"]["actual_bytes"], key["hot_bytes"] + key["working_set_bytes"]
+    latest = status["reconciler"]["latest"]
+    return max(latest["actual_bytes"], latest["rss_bytes"]), key["working_set_bytes"]
 
 
 @pytest.mark.cgroup
@@ -109,13 +116,12 @@ def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_dae
     cg = make_cgroup(4096 * MiB)
     daemon = make_daemon({sha.name: sha.zkey}, engine={"synth_workers": 4}, cgroup=cg)
     with daemon.client() as client:
-        client.preload(sha.name)
         idle, per_job = engine_footprint(client, sha)
     daemon.stop()
     n_jobs = 8
-    # Room for the idle engine and about two proofs: far below the eight submitted at once.
-    limit = idle + 2 * per_job + 160 * MiB
-    assert limit < idle + n_jobs * per_job
+    # Room for the idle engine, about two proofs and the engine's own margin: well below eight at once.
+    limit = idle + 2 * per_job + 64 * MiB
+    assert limit < idle + n_jobs * per_job, (format_size(idle), format_size(per_job))
     cg.set_limit(limit)
     daemon = make_daemon({sha.name: sha.zkey}, engine={"synth_workers": 4}, cgroup=cg)
     with daemon.client() as client:
@@ -129,22 +135,33 @@ def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_dae
 @pytest.mark.cgroup
 @pytest.mark.slow
 def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_daemon, make_cgroup, tmp_path):
-    sha = circuits_for(tmp_path / "circuits", ("large",))["large"]
+    from dataclasses import replace
+
+    from test_daemon import synthetic_circuit
+
+    # Fourteen keys (one 2^17-domain key under fourteen names): each proof loads its key into
+    # memory, and an engine that believes it has 2 GiB keeps every loaded key resident.
+    big = synthetic_circuit(tmp_path / "big", 1 << 16)
+    keys = [replace(big, name=f"k{i}") for i in range(14)]
     cg = make_cgroup(2048 * MiB)
-    # The engine plans against 2 GiB; then the limit drops under it, as when a container is resized.
-    daemon = make_daemon({sha.name: sha.zkey}, engine={"synth_workers": 4}, budget="2GiB", cgroup=cg,
+    engine = {"synth_workers": 2, "key_idle_evict_s": 0.5, "load_chunk_bytes": 8 * MiB}
+    daemon = make_daemon({k.name: k.zkey for k in keys}, engine=engine, budget="2GiB", cgroup=cg,
                          supervisor={"min_budget": 64 * MiB})
+    policy_step = 0.05  # SupervisorPolicy.min_oom_step: the learned ceiling is 95 % of the limit it died at
     with daemon.client() as client:
-        client.preload(sha.name)
-        idle, per_job = engine_footprint(client, sha)
-        limit = idle + 2 * per_job + 96 * MiB
+        idle, per_job = engine_footprint(client, keys[0])
+        hot = next(k for k in client.status()["keys"] if k["name"] == "k0")["hot_bytes"]
+        # The engine planned against 2 GiB; now the limit drops under it, as when a container is
+        # resized. It leaves room for one more key and one proof beside the warm engine (what the
+        # learned ceiling will need), far less than fourteen resident keys.
+        limit = int((idle + hot + per_job + 160 * MiB) / (1 - policy_step))
+        assert limit < idle + len(keys) * hot
         cg.set_limit(limit)
-        first = daemon.engine_pid()
-        submitted = submit_all(client, [(f"oom-{i}-{uuid.uuid4().hex[:6]}", sha) for i in range(8)])
-        daemon.wait_ready(timeout=600, not_pid=first)
-        await_all(client, submitted, tmp_path)
+        limit = cg.read().limit_bytes  # as the kernel keeps it: whole pages
+        submitted = submit_all(client, [(f"oom-{k.name}-{uuid.uuid4().hex[:6]}", k) for k in keys])
+        await_all(client, submitted, tmp_path, timeout=1200)
     state = daemon.state()
-    assert cg.oom_kills() >= 1 and state.oom_kills >= 1
+    assert cg.oom_kills() >= 1 and state.oom_kills >= 1, f"no OOM kill under {format_size(limit)}"
     oom = next(d for d in state.deaths if d["oom_kill"])
     assert "OOM kill" in oom["cause"] and oom["planned_ceiling"] == 2048 * MiB and oom["limit"] == limit
     assert state.learned_budget is not None and state.learned_budget < limit
