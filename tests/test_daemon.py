@@ -449,3 +449,27 @@ def test_http_metrics_and_status(daemon, client, circuits):
     assert status["workers"] and status["reconciler"]["latest"]["actual_bytes"] > 0
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://{daemon.http}/nothing", timeout=10)
+
+
+# -- start-up failures ----------------------------------------------------------------------------
+
+def test_a_second_daemon_on_the_same_data_dir_stops_with_a_clear_message(daemon):
+    base = [sys.executable, "-m", "cuzk.cli", "daemon", "--config", str(daemon.config)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}
+    # Unsupervised: the engine finds the data directory locked and exits with the "cannot start" status.
+    run = subprocess.run([*base, "--no-supervise", "--listen", f"unix:{daemon.data_dir}/other.sock", "--http", ""],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 78 and "in use by another cuzk engine" in run.stderr, run.stderr
+    # Supervised: the supervisor refuses to share the directory with the running one.
+    run = subprocess.run(base, capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 3 and "already supervises" in run.stderr, run.stderr
+    # The first daemon is unharmed.
+    with daemon.client() as client:
+        assert client.status()["supervisor"]["engine_pid"] == daemon.engine_pid()
+
+
+def test_unusable_config_is_refused_before_anything_starts(tmp_path):
+    from cuzk.cli import main as cli_main
+
+    assert cli_main(["daemon", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:7750"]) == 1  # TCP without a token
+    assert not (tmp_path / "run").exists()
