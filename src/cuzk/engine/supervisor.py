@@ -292,7 +292,7 @@ class Supervisor:
                                      f"not restarting. Budget now {format_size(budget)}; history in {self.data_dir / STATE_FILE}")
             self.state.save(self.data_dir)
             self._wait_for_usage_to_fall(baseline, budget)
-            delay = 0.0 if fruitless == 0 else min(self.policy.backoff_max_s, self.policy.backoff_initial_s * 2 ** (fruitless - 1))
+            delay = min(self.policy.backoff_max_s, self.policy.backoff_initial_s * 2 ** max(0, fruitless - 1))
             if self._stop.wait(delay):
                 break
             self.state.restarts += 1
