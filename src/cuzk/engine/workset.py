@@ -17,8 +17,7 @@ E = bytes per Fr element (n8r), V = number of signals:
   (recoded scalar copy and indices per point, plus bounded per-task bucket sorting space);
 - with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size;
 - allocator slack: each worker thread's malloc arena and stack pages first touched by a job,
-  a fixed THREAD_SLACK_BYTES per thread (measured peaks of 2^10 circuits exceed the exact
-  terms by ~0.1 MiB with 2 threads).
+  a fixed THREAD_SLACK_BYTES per thread (an allowance, not a measurement).
 
 The reservation is released in two phases: the a/b/c part when the prover reports those
 vectors freed (``on_abc_released``), the rest when the job ends. A measured peak for the
