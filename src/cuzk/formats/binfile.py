@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..curves import Curve, UnknownCurveError, curve_by_q, curve_by_r
 from .errors import FormatError
 
 FILE_HEADER = struct.Struct("<4sII")
@@ -108,6 +109,18 @@ class BinFile:
         """A FormatError naming this file and (when given) the section."""
         return FormatError(self.path, problem, None if stype is None else self.describe(stype))
 
+    def curve_of(self, stype: int, prime: int, n8: int, field: str) -> Curve:
+        """The curve whose scalar (``field="r"``) or base (``"q"``) field this prime is, its element size checked against ``n8``."""
+        try:
+            curve = curve_by_r(prime) if field == "r" else curve_by_q(prime)
+        except UnknownCurveError as exc:
+            raise self.error(stype, str(exc)) from None
+        elements = curve.Fr if field == "r" else curve.Fq
+        if n8 != elements.n8:
+            kind = "scalar" if field == "r" else "base"
+            raise self.error(stype, f"n8{'' if field == 'r' else 'q'} = {n8}, but {curve.name}'s {kind} field takes {elements.n8} bytes")
+        return curve
+
     def has(self, stype: int) -> bool:
         return any(s.type == stype for s in self.sections)
 
@@ -156,10 +169,6 @@ class BinFile:
 
     def u32(self, stype: int, offset: int = 0) -> int:
         return struct.unpack("<I", self.read(stype, offset, 4))[0]
-
-
-def field_prime(data: bytes, n8: int) -> int:
-    return int.from_bytes(data[:n8], "little")
 
 
 def n8_of(prime: int) -> int:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..curves import Curve, UnknownCurveError, curve_by_q
-from .binfile import BinFile, field_prime, n8_of
+from ..curves import Curve
+from .binfile import BinFile
 
 SECTION_NAMES = {
     1: "header",
@@ -85,13 +85,7 @@ class Ptau:
         if n8 not in (32, 48):
             raise b.error(1, f"field element size {n8} bytes is not that of BN254 (32) or BLS12-381 (48)")
         b.expect_size(1, 4 + n8 + 8, f"a header with {n8}-byte field elements")
-        q = field_prime(b.read(1, 4, n8), n8)
-        try:
-            curve = curve_by_q(q)
-        except UnknownCurveError as exc:
-            raise b.error(1, str(exc)) from None
-        if n8_of(q) != n8:
-            raise b.error(1, f"field element size {n8} does not match the prime's {n8_of(q)}")
+        curve = b.curve_of(1, int.from_bytes(b.read(1, 4, n8), "little"), n8, "q")
         power = b.u32(1, 4 + n8)
         ceremony_power = b.u32(1, 8 + n8)
         if not 1 <= power <= curve.fr_two_adicity:

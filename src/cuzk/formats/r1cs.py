@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from ..curves import Curve, UnknownCurveError, curve_by_r
+from ..curves import Curve
 from ._montgomery import add_mod, montgomery_constants, mont_mul
 from .binfile import BinFile, n8_of, write_binfile
 from .errors import FormatError
@@ -101,13 +101,7 @@ def read_r1cs(path: str | os.PathLike) -> R1CS:
         n8 = int.from_bytes(header[:4], "little")
         if len(header) != n8 + 32:
             raise f.error(HEADER, f"is {len(header)} bytes, but with n8 = {n8} it must be n8 + 32 = {n8 + 32}")
-        r = int.from_bytes(header[4 : 4 + n8], "little")
-        try:
-            curve = curve_by_r(r)
-        except UnknownCurveError as exc:
-            raise f.error(HEADER, str(exc)) from None
-        if n8 != curve.Fr.n8:
-            raise f.error(HEADER, f"n8 = {n8}, but {curve.name}'s scalar field takes {curve.Fr.n8} bytes")
+        curve = f.curve_of(HEADER, int.from_bytes(header[4 : 4 + n8], "little"), n8, "r")
         rest = header[4 + n8 :]
         n_wires, n_pub_out, n_pub_in, n_prv_in = (int.from_bytes(rest[i : i + 4], "little") for i in range(0, 16, 4))
         n_labels = int.from_bytes(rest[16:24], "little")

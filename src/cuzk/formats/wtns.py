@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..curves import Curve, UnknownCurveError, curve_by_r
+from ..curves import Curve
 from .binfile import BinFile, n8_of, write_binfile
 from .limbs import first_not_below, ints_to_limbs
 
@@ -42,13 +42,7 @@ def read_wtns(path: str | os.PathLike) -> Witness:
         n8 = int.from_bytes(header[:4], "little")
         if n8 == 0 or n8 % 8 or len(header) != 4 + n8 + 4:
             raise f.error(HEADER, f"is {len(header)} bytes with n8 = {n8}; expected n8 a positive multiple of 8 and 4 + n8 + 4 bytes")
-        r = int.from_bytes(header[4 : 4 + n8], "little")
-        try:
-            curve = curve_by_r(r)
-        except UnknownCurveError as exc:
-            raise f.error(HEADER, str(exc)) from None
-        if n8 != curve.Fr.n8:
-            raise f.error(HEADER, f"n8 = {n8}, but {curve.name}'s scalar field takes {curve.Fr.n8} bytes")
+        curve = f.curve_of(HEADER, int.from_bytes(header[4 : 4 + n8], "little"), n8, "r")
         n_values = int.from_bytes(header[4 + n8 :], "little")
         f.expect_size(VALUES, n_values * n8, f"the header's {n_values} values × {n8} bytes")
         values = f.view(VALUES, "<u4", (n_values, n8 // 4))

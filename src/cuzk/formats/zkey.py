@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..curves import Curve, UnknownCurveError, curve_by_q
+from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
 from ._montgomery import montgomery_constants, mont_mul_rows_by_constant
@@ -222,12 +222,7 @@ def _read_header(f: BinFile) -> ZKeyHeader:
     cur = _Cursor(f, GROTH16_HEADER, f.read(GROTH16_HEADER))
     n8q = cur.u32("n8q")
     q = int.from_bytes(cur.take(n8q, "the base field prime q"), "little")
-    try:
-        curve = curve_by_q(q)
-    except UnknownCurveError as exc:
-        raise f.error(GROTH16_HEADER, str(exc)) from None
-    if n8q != curve.Fq.n8:
-        raise f.error(GROTH16_HEADER, f"n8q = {n8q}, but {curve.name}'s base field takes {curve.Fq.n8} bytes")
+    curve = f.curve_of(GROTH16_HEADER, q, n8q, "q")
     n8r = cur.u32("n8r")
     if n8r != curve.Fr.n8:
         raise f.error(GROTH16_HEADER, f"n8r = {n8r}, but {curve.name}'s scalar field takes {curve.Fr.n8} bytes")
