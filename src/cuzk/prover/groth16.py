@@ -8,6 +8,7 @@ five MSMs and the blinding with fresh r, s from the OS CSPRNG.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
@@ -148,6 +149,25 @@ def blinding_terms(backend: Backend, curve: Curve, delta1: Point, delta2: Point,
             backend.msm_g2(curve, point_rows(curve, "g2", [delta2]), _scalar_rows(curve, [s])))
 
 
+@contextlib.contextmanager
+def _device_vectors(backend: Backend, zkey: ZKey):
+    """On a backend with device memory (CUDA): the proof's vectors (a, b, c, a temporary, the witness) reserved
+    in its VRAM budget, yielding its ``upload_async`` so they are copied once and stay there. Yields None on
+    the CPU backend, or when they do not fit (each operation then copies its own inputs)."""
+    try_reserve = getattr(backend, "try_reserve", None)
+    fr = zkey.curve.Fr.n8
+    reservation = None
+    if try_reserve is not None:
+        reservation = try_reserve(4 * zkey.domain_size * fr + zkey.n_vars * fr, "proof vectors")
+    if reservation is None:
+        yield None
+        return
+    try:
+        yield backend.upload_async
+    finally:
+        reservation.release()
+
+
 def prove_synthesized(
     backend: Backend,
     zkey: ZKey,
@@ -165,29 +185,34 @@ def prove_synthesized(
     timings = dict(synthesis.timings)
     w = synthesis.w
     a, b = synthesis.take_ab()
+    with _device_vectors(backend, zkey) as upload:
+        t = time.perf_counter()
+        if upload is not None:  # the witness copy overlaps the NTTs; a, b, c and H stay on the device
+            w_upload = upload(w)
+            a, b = upload(a).result(), upload(b).result()
+        c = backend.fr_mul(curve, a, b)
+        shift = curve.fr_root_of_unity(zkey.power + 1)
+        a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
+        b = backend.coset_ntt(curve, backend.intt(curve, b), shift)
+        c = backend.coset_ntt(curve, backend.intt(curve, c), shift)
+        h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
+        del a, b, c
+        timings["ntt"] = time.perf_counter() - t
+        if on_abc_released is not None:
+            on_abc_released()
+        _checkpoint(cancelled)
 
-    t = time.perf_counter()
-    c = backend.fr_mul(curve, a, b)
-    shift = curve.fr_root_of_unity(zkey.power + 1)
-    a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
-    b = backend.coset_ntt(curve, backend.intt(curve, b), shift)
-    c = backend.coset_ntt(curve, backend.intt(curve, c), shift)
-    h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
-    del a, b, c
-    timings["ntt"] = time.perf_counter() - t
-    if on_abc_released is not None:
-        on_abc_released()
-    _checkpoint(cancelled)
-
-    t = time.perf_counter()
-    pi_a = backend.msm_g1(curve, zkey.a, w)
-    pib1 = backend.msm_g1(curve, zkey.b1, w)
-    _checkpoint(cancelled)
-    pi_b = backend.msm_g2(curve, zkey.b2, w)
-    _checkpoint(cancelled)
-    pi_c = backend.msm_g1(curve, zkey.c, w[zkey.n_public + 1 :])
-    res_h = backend.msm_g1(curve, zkey.h, h_scalars)
-    timings["msm"] = time.perf_counter() - t
+        t = time.perf_counter()
+        scalars = w_upload.result() if upload is not None else w
+        pi_a = backend.msm_g1(curve, zkey.a, scalars)
+        pib1 = backend.msm_g1(curve, zkey.b1, scalars)
+        _checkpoint(cancelled)
+        pi_b = backend.msm_g2(curve, zkey.b2, scalars)
+        _checkpoint(cancelled)
+        pi_c = backend.msm_g1(curve, zkey.c, scalars[zkey.n_public + 1 :])
+        res_h = backend.msm_g1(curve, zkey.h, h_scalars)
+        del scalars, h_scalars
+        timings["msm"] = time.perf_counter() - t
 
     t = time.perf_counter()
     G1, r_mod = curve.G1, curve.r

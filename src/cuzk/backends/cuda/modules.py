@@ -14,6 +14,7 @@ them; it is slow and only for small inputs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -116,6 +117,36 @@ class CupyRuntime:
             props = cupy.cuda.runtime.getDeviceProperties(device)
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         self.multiprocessors = int(props["multiProcessorCount"])
+        with self.device:
+            # Non-blocking: copies on it never wait for (nor hold up) kernels on the legacy default stream.
+            self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+
+    def activate(self):
+        """Context that makes this device current (arrays allocated and kernels run on it)."""
+        return self.device
+
+    def upload_async(self, host: np.ndarray):
+        """(device array, event): a copy of ``host`` started on the copy stream; it overlaps kernels only when
+        ``host`` is page-locked, and ``host`` must stay unchanged until the event has completed."""
+        with self.device:
+            out = self.xp.empty(host.shape, dtype=host.dtype)
+            out.set(host, stream=self.copy_stream)
+            event = self.xp.cuda.Event(disable_timing=True)
+            event.record(self.copy_stream)
+        return out, event
+
+    def wait_event(self, event) -> None:
+        """Make later work on the compute (current) stream wait for ``event``, without blocking the host."""
+        with self.device:
+            self.xp.cuda.get_current_stream().wait_event(event)
+
+    def is_pinned(self, host: np.ndarray) -> bool:
+        """Whether ``host``'s memory is page-locked (a DMA source the copy engine reads without a staging copy)."""
+        try:
+            attrs = self.xp.cuda.runtime.pointerGetAttributes(host.ctypes.data)
+        except Exception:  # pageable memory unknown to CUDA: older runtimes raise instead of answering 0
+            return False
+        return int(attrs.type) == 1  # cudaMemoryTypeHost
 
     def module(self, curve: Curve, kind: str):
         return self.compile(module_source(curve, kind))
@@ -154,7 +185,7 @@ class CupyRuntime:
         self.device.synchronize()
 
     def mark(self):
-        """A point in the device's stream of work (for phase timings)."""
+        """A point in the device's stream of work (for phase timings, and for waiting on copies)."""
         with self.device:
             event = self.xp.cuda.Event()
             event.record()
@@ -238,6 +269,22 @@ class HostRuntime:
             fn(*cargs)
 
     @staticmethod
+    def activate():
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def upload_async(host: np.ndarray):
+        return aligned_copy(host), None
+
+    @staticmethod
+    def wait_event(event) -> None:
+        pass
+
+    @staticmethod
+    def is_pinned(host: np.ndarray) -> bool:
+        return False
+
+    @staticmethod
     def to_device(host: np.ndarray) -> np.ndarray:
         return aligned_copy(host)
 
@@ -281,6 +328,17 @@ def _ctype(arg):
     if isinstance(arg, np.uint64):
         return ctypes.c_uint64(int(arg))
     raise TypeError(f"kernel argument of unsupported type {type(arg).__name__}")
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the device or its driver (a CUDA error), not of the job's inputs.
+
+    The engine moves such a job to another device and stops using the failing one.
+    """
+    if isinstance(exc, CudaBackendError):
+        return True
+    kind = type(exc)
+    return kind.__module__.startswith(("cupy", "cupy_backends")) and "CUDA" in kind.__name__
 
 
 @cache

@@ -4,7 +4,8 @@ The budget starts from what cudaMemGetInfo reports free when the backend is crea
 minus a margin (CUDA context growth, CuPy's pool rounding, other processes' small
 allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
 an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
-of memory.
+of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
+reservation or an MSM's working set needs the room (``make_room``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class VramBudget:
         self.device = device
         self._reserved = 0
         self._lock = threading.Lock()
+        self._evictors: list = []  # fn(bytes_needed) -> bytes freed, tried in order when short
 
     @classmethod
     def from_free_memory(cls, free_bytes: int, device: int = 0, margin_bytes: int | None = None) -> "VramBudget":
@@ -47,8 +49,25 @@ class VramBudget:
     def available_bytes(self) -> int:
         return self.total_bytes - self._reserved
 
+    def register_evictor(self, evictor) -> None:
+        self._evictors.append(evictor)
+
+    def unregister_evictor(self, evictor) -> None:
+        self._evictors.remove(evictor)
+
+    def make_room(self, nbytes: int) -> bool:
+        """Ask the evictors for room until ``nbytes`` are available; whether they are."""
+        for evictor in list(self._evictors):
+            short = int(nbytes) - self.available_bytes
+            if short <= 0:
+                break
+            evictor(short)
+        return self.available_bytes >= nbytes
+
     def reserve(self, nbytes: int, what: str) -> "VramReservation":
         nbytes = int(nbytes)
+        if nbytes > self.available_bytes:
+            self.make_room(nbytes)
         with self._lock:
             if nbytes > self.total_bytes - self._reserved:
                 raise VramExhaustedError(
