@@ -18,18 +18,19 @@ never pushes the proof it serves into chunked MSMs.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ..backends.cuda.backend import KEY_BASES
+from ..backends.cuda.vram import VramExhaustedError
 from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.units import format_size
 
 log = logging.getLogger(__name__)
-
-KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))
 
 
 def bases_bytes(header: ZKeyHeader) -> int:
@@ -50,11 +51,10 @@ def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
 @dataclass
 class _Resident:
     name: str
-    zkey: ZKey  # the host key with DeviceBases in place of its bases
+    zkey: ZKey  # the host key's header with DeviceBases in place of its bases (no host arrays)
     nbytes: int
     refcount: int = 0
     last_used: float = 0.0
-    uploads: int = 1
     upload_seconds: float = 0.0
 
 
@@ -90,6 +90,7 @@ class DeviceKeys:
         self._resident: OrderedDict[str, _Resident] = OrderedDict()  # least recently used first
         self._refused: dict[str, str] = {}  # name → why it is not resident (status)
         self.evictions = 0
+        self.uploads = 0
         backend.vram.register_evictor(self.evict_idle)
 
     def acquire(self, name: str, zkey: ZKey) -> DeviceKeyLease:
@@ -113,12 +114,21 @@ class DeviceKeys:
                 self._refused[name] = why
             return DeviceKeyLease(None, None, zkey)
         t0 = time.perf_counter()
-        device_zkey = self.backend.upload_key(zkey)
+        try:
+            device_zkey = self.backend.upload_key(zkey)
+        except VramExhaustedError as exc:  # another user of the device took the room since make_room
+            with self._lock:
+                self._refused[name] = str(exc)
+            return DeviceKeyLease(None, None, zkey)
+        # Proving needs only the bases and the header's points: drop the host arrays, so that evicting the
+        # host key really frees its buffer while the device copy lives on.
+        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=None)
         entry = _Resident(name, device_zkey, bases, refcount=1, last_used=time.monotonic(),
                           upload_seconds=time.perf_counter() - t0)
         with self._lock:
             self._refused.pop(name, None)
             self._resident[name] = entry
+            self.uploads += 1
         log.info("key %s resident on device %d (%s, uploaded in %.3f s)", name, self.device, format_size(bases), entry.upload_seconds)
         return DeviceKeyLease(self, entry, device_zkey)
 
@@ -180,6 +190,7 @@ class DeviceKeys:
                 "vram_total_bytes": vram.total_bytes,
                 "vram_reserved_bytes": vram.reserved_bytes,
                 "resident_bytes": sum(e.nbytes for e in self._resident.values()),
+                "uploads": self.uploads,
                 "evictions": self.evictions,
                 "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "idle_s": None if e.refcount else round(now - e.last_used, 3),
                                   "upload_s": round(e.upload_seconds, 4)} for e in self._resident.values()},

@@ -113,8 +113,9 @@ class CudaBackend:
     points an MSM chunk may have) are tuning knobs; tests lower them to reach the
     many-pass and many-chunk paths at small sizes.
 
-    ``staging`` (a ``memory.pinned.PinnedPool``, set by the engine) lends page-locked buffers
-    for copies from pageable host memory, so they run asynchronously on the copy stream and
+    ``staging`` (set by the engine over its ``memory.pinned.PinnedPool``: ``get(nbytes, label)``
+    gives a buffer with ``array`` and ``release()``, or None) lends page-locked buffers for
+    copies from pageable host memory, so they run asynchronously on the copy stream and
     overlap kernels; without it such copies are synchronous. Sources already page-locked
     (hot keys) are copied directly. ``overlap = False`` turns the prefetching off (benchmarks).
     """
@@ -164,6 +165,8 @@ class CudaBackend:
         if self.staging is None or a.nbytes == 0 or self.runtime.is_pinned(a):
             return Upload(self.runtime, *self.runtime.upload_async(a))
         buffer = self.staging.get(a.nbytes, label=f"staging for device {self.vram.device}")
+        if buffer is None:  # no host memory to spare now: a synchronous copy from pageable memory
+            return Upload(self.runtime, *self.runtime.upload_async(a))
         try:
             view = buffer.array[: a.nbytes].view(a.dtype).reshape(a.shape)
             np.copyto(view, a)

@@ -222,6 +222,9 @@ class HostRuntime:
 
     name = "cuda-host-emulation"
     multiprocessors = 1
+    # A built module is loaded once per process and its launch state (block index, shared memory) is global,
+    # so emulated devices in several threads take turns launching.
+    _launch_lock = threading.Lock()
 
     def __init__(self):
         self.xp = np
@@ -264,9 +267,10 @@ class HostRuntime:
         cargs = [_ctype(a) for a in args]
         smem = np.zeros(max(shared_bytes, 16) // 16 + 1, dtype=np.dtype((np.void, 16)))
         smem_ptr = ctypes.c_void_p(smem.ctypes.data)
-        for b in range(grid):
-            module.cuzk_emu_set_launch(ctypes.c_uint32(b), ctypes.c_uint32(grid), ctypes.c_uint32(block), smem_ptr)
-            fn(*cargs)
+        with HostRuntime._launch_lock:
+            for b in range(grid):
+                module.cuzk_emu_set_launch(ctypes.c_uint32(b), ctypes.c_uint32(grid), ctypes.c_uint32(block), smem_ptr)
+                fn(*cargs)
 
     @staticmethod
     def activate():
