@@ -153,6 +153,7 @@ def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
         status = engine.status()
     provers = [w for w in status["workers"] if w["kind"] == "proving"]
     assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    assert status["budget"]["by_category"]["pinned"]["bytes"] > 0  # staging buffers, pooled and charged to the budget
     assert sum(w["jobs_done"] for w in provers) == len(jobs)
     for device in status["devices"]:  # each device uploaded a key once, however many of its proofs used it
         assert device["uploads"] == len(device["keys"]) <= 2 and device["evictions"] == 0
@@ -198,6 +199,20 @@ def test_devices_setting_rejects_what_is_not_a_list_of_ordinals(tmp_path, device
 def test_devices_setting_from_the_daemon_config(tmp_path):
     assert EngineConfig.from_mapping(tmp_path, {"devices": [1, 0]}).devices == [1, 0]
     assert EngineConfig.from_mapping(tmp_path, {}).devices == "all"
+
+
+def test_without_a_gpu_the_engine_proves_on_the_cpu_and_refuses_cuda(tmp_path):
+    if available():
+        pytest.skip("a GPU is present")
+    from cuzk.backends import BackendUnavailableError
+
+    engine = Engine(EngineConfig(data_dir=tmp_path / "auto", reconcile=False, devices=[0, 1]))
+    try:
+        assert [b.name for b in engine.backends] == ["cpu"]
+    finally:
+        engine.stop()
+    with pytest.raises(BackendUnavailableError, match="needs CuPy"):
+        Engine(EngineConfig(data_dir=tmp_path / "cuda", backend="cuda", reconcile=False))
 
 
 # ---------------------------------------------------------------- real GPUs

@@ -29,6 +29,7 @@ from ..backends.cuda.backend import KEY_BASES
 from ..backends.cuda.vram import VramExhaustedError
 from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.units import format_size
+from ..prover.groth16 import device_vector_bytes
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,10 @@ def bases_bytes(header: ZKeyHeader) -> int:
 
 
 def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
-    """Device bytes one proof needs beside resident bases: a, b, c and a temporary on the domain, the
-    witness scalars, and the working set of the largest MSM with resident bases."""
-    fr = header.curve.Fr.n8
-    vectors = 4 * header.domain_size * fr + header.n_vars * fr
+    """Device bytes one proof needs beside resident bases: its field vectors (the prover's count) and the
+    working set of the largest MSM with resident bases."""
     largest = max(header.n_vars, header.domain_size)
-    return vectors + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
+    return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
 
 
 @dataclass

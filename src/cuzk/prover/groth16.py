@@ -149,21 +149,24 @@ def blinding_terms(backend: Backend, curve: Curve, delta1: Point, delta2: Point,
             backend.msm_g2(curve, point_rows(curve, "g2", [delta2]), _scalar_rows(curve, [s])))
 
 
+def device_vector_bytes(header) -> int:
+    """Device bytes of one proof's field vectors at their peak: a, b, c, two NTT/elementwise temporaries, the witness."""
+    fr = header.curve.Fr.n8
+    return 5 * header.domain_size * fr + header.n_vars * fr
+
+
 @contextlib.contextmanager
 def _device_vectors(backend: Backend, zkey: ZKey):
     """On a backend with device memory (CUDA): the proof's vectors (a, b, c, a temporary, the witness) reserved
-    in its VRAM budget, yielding its ``upload_async`` so they are copied once and stay there. Yields None on
+    in its VRAM budget, yielding the backend so they are copied once and stay there. Yields None on
     the CPU backend, or when they do not fit (each operation then copies its own inputs)."""
     try_reserve = getattr(backend, "try_reserve", None)
-    fr = zkey.curve.Fr.n8
-    reservation = None
-    if try_reserve is not None:
-        reservation = try_reserve(4 * zkey.domain_size * fr + zkey.n_vars * fr, "proof vectors")
+    reservation = try_reserve(device_vector_bytes(zkey), "proof vectors") if try_reserve is not None else None
     if reservation is None:
         yield None
         return
     try:
-        yield backend.upload_async
+        yield backend
     finally:
         reservation.release()
 
@@ -185,11 +188,11 @@ def prove_synthesized(
     timings = dict(synthesis.timings)
     w = synthesis.w
     a, b = synthesis.take_ab()
-    with _device_vectors(backend, zkey) as upload:
+    with _device_vectors(backend, zkey) as device:
         t = time.perf_counter()
-        if upload is not None:  # the witness copy overlaps the NTTs; a, b, c and H stay on the device
-            w_upload = upload(w)
-            a, b = upload(a).result(), upload(b).result()
+        if device is not None:  # the witness is staged and copied while the NTTs run; a, b, c and H stay on the device
+            w_upload = device.upload_in_background(w)
+            a, b = device.to_device(a), device.to_device(b)
         c = backend.fr_mul(curve, a, b)
         shift = curve.fr_root_of_unity(zkey.power + 1)
         a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
@@ -203,7 +206,7 @@ def prove_synthesized(
         _checkpoint(cancelled)
 
         t = time.perf_counter()
-        scalars = w_upload.result() if upload is not None else w
+        scalars = w_upload.result() if device is not None else w
         pi_a = backend.msm_g1(curve, zkey.a, scalars)
         pib1 = backend.msm_g1(curve, zkey.b1, scalars)
         _checkpoint(cancelled)

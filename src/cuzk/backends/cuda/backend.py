@@ -84,6 +84,16 @@ class Upload:
         return self._array
 
 
+class _Deferred:
+    """An Upload still being started on the copy thread."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def result(self):
+        return self._future.result().result()
+
+
 def window_bits(n: int, scalar_bits: int) -> int:
     """Pippenger window c minimising windows·(n mixed adds + 2·2^(c-1) full adds ≈ 1.4 mixed each)."""
     best, best_cost = 4, math.inf
@@ -175,6 +185,10 @@ class CudaBackend:
             buffer.release()
             raise
         return Upload(self.runtime, array, event, buffer)
+
+    def upload_in_background(self, a) -> Upload:
+        """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels."""
+        return _Deferred(self._copy_thread().submit(self.upload_async, a))
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
         """``nbytes`` of the VRAM budget (idle resident keys evicted for it), or None when they do not fit."""
