@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import REPO, snarkjs_verify
@@ -26,7 +27,7 @@ from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys, bases_bytes, proof_vram_bytes
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
-from cuzk.memory.pinned import PageAlignedAllocator
+from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.prover.setup import setup
 from cuzk.prover.verify import vkey_from_zkey
 
@@ -134,6 +135,54 @@ def test_key_manager_lists_residency_per_device_and_drops_it_on_reregistration(c
     assert manager.status()[0]["resident_devices"] == []
     assert all(b.vram.reserved_bytes == 0 for b in devices)
     manager.close()
+
+
+# ---------------------------------------------------------------- staged, overlapped copies
+class PoolStaging:
+    """The engine's staging source, minus its never-wait rule: every copy here goes through the pool."""
+
+    def __init__(self, pool: PinnedPool):
+        self.pool = pool
+
+    def get(self, nbytes: int, label: str = ""):
+        return self.pool.get(nbytes, label=label)
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["double-buffered", "serial"])
+def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, overlap):
+    zkey = read_zkey(circuits["two"][0])
+    n = zkey.n_vars
+    rng = np.random.default_rng(5)
+    scalars = rng.integers(0, 1 << 32, size=(n, 8), dtype=np.uint32)
+    scalars[:, 7] &= 0x0FFFFFFF  # below r
+    reference = emulated(0)
+    want = reference.msm_g1(BN254, reference.upload_bases(BN254, "g1", zkey.a), scalars)
+    budget = MemoryBudget(64 * MiB)
+    pool = PinnedPool(budget, PageAlignedAllocator())
+    backend = CudaBackend(runtime=HostRuntime(), min_msm_chunk=8,
+                          vram_budget=VramBudget(reference.msm_working_bytes(BN254, "g1", 16, buffers=2)))
+    backend.staging, backend.overlap = PoolStaging(pool), overlap
+    assert backend.msm_plan(BN254, "g1", n) < n // 2  # several chunks
+    assert backend.msm_g1(BN254, zkey.a, scalars) == want
+    stats = pool.stats()
+    assert stats["in_use_buffers"] == 0 and stats["misses"] >= 1  # every staging buffer went back to the pool
+    assert budget.snapshot()["by_category"]["pinned"]["bytes"] == stats["pooled_bytes"]  # and stays charged while pooled
+    assert backend.vram.reserved_bytes == 0
+
+
+def test_prover_vectors_stay_on_the_device_and_hold_vram_only_while_proving(circuits):
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.prover.groth16 import device_vector_bytes, prove
+    from cuzk.prover.verify import verify
+
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0)
+    seen = []
+    original = backend.try_reserve
+    backend.try_reserve = lambda nbytes, what: seen.append(nbytes) or original(nbytes, what)
+    proof = prove(backend, zkey, read_wtns(circuits["one"][1]))
+    assert seen == [device_vector_bytes(zkey)] and backend.vram.reserved_bytes < min(seen)
+    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
 
 
 # ---------------------------------------------------------------- engine: one worker per device

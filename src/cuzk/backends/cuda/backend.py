@@ -2,7 +2,15 @@
 
 Arrays follow base.py's layout. Host (numpy) arguments give host results; CuPy arrays
 are taken without a copy to the host and give CuPy results, so a caller that keeps its
-vectors on the device pays no transfers. The same orchestration runs on the host
+vectors on the device pays no transfers (the prover does: ``to_device``, ``upload_in_background``).
+
+Kernels run on the device's current (legacy default) stream; host→device copies of bases and
+vectors run on a separate non-blocking copy stream, from page-locked memory (a hot key's
+buffer, or a staging buffer from the engine's pinned pool), so they overlap kernels: an MSM
+whose bases are not resident uploads chunk i+1 into one of two device buffers while chunk i
+computes from the other. Every copy waits for an event recorded on the compute stream when its
+destination was allocated, because CuPy's pool hands a block freed there to the next
+allocation at once, trusting that stream's order. The same orchestration runs on the host
 emulation runtime (modules.HostRuntime), which is how it is tested without a GPU.
 """
 
@@ -167,28 +175,44 @@ class CudaBackend:
         return self.xp.ascontiguousarray(a), False
 
     @_on_device
-    def upload_async(self, a) -> Upload:
-        """Start copying host array ``a`` to the device (device arrays pass through); see ``Upload``."""
+    def upload_async(self, a, out=None, after=None) -> Upload:
+        """Start copying host array ``a`` to the device (device arrays pass through); see ``Upload``.
+
+        ``out`` (a device array of ``a``'s shape) receives it, with ``after`` the compute-stream event
+        the copy must wait for (see ``CupyRuntime.compute_event``); by default a new array, allocated
+        here on the calling thread.
+        """
         if not isinstance(a, np.ndarray):
             return Upload(self.runtime, a, None)
         a = np.ascontiguousarray(a)
-        if self.staging is None or a.nbytes == 0 or self.runtime.is_pinned(a):
-            return Upload(self.runtime, *self.runtime.upload_async(a))
-        buffer = self.staging.get(a.nbytes, label=f"staging for device {self.vram.device}")
-        if buffer is None:  # no host memory to spare now: a synchronous copy from pageable memory
-            return Upload(self.runtime, *self.runtime.upload_async(a))
+        if out is None:
+            out = self.runtime.empty(a.shape, a.dtype)
+            after = self.runtime.compute_event()
+        buffer = None
+        if self.staging is not None and a.nbytes and not self.runtime.is_pinned(a):
+            buffer = self.staging.get(a.nbytes, label=f"staging for device {self.vram.device}")
+        if buffer is None:  # page-locked already (hot keys), or no host memory to spare: straight from ``a``
+            return Upload(self.runtime, out, self.runtime.copy_async(out, a, after))
         try:
             view = buffer.array[: a.nbytes].view(a.dtype).reshape(a.shape)
             np.copyto(view, a)
-            array, event = self.runtime.upload_async(view)
+            event = self.runtime.copy_async(out, view, after)
         except BaseException:
             buffer.release()
             raise
-        return Upload(self.runtime, array, event, buffer)
+        return Upload(self.runtime, out, event, buffer)
 
+    @_on_device
     def upload_in_background(self, a) -> Upload:
-        """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels."""
-        return _Deferred(self._copy_thread().submit(self.upload_async, a))
+        """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels.
+
+        The destination is allocated here, on the caller's thread and stream, so the copy is
+        ordered after exactly the work queued before this call.
+        """
+        if not isinstance(a, np.ndarray):
+            return Upload(self.runtime, a, None)
+        out = self.runtime.empty(a.shape, a.dtype)
+        return _Deferred(self._copy_thread().submit(self.upload_async, a, out, self.runtime.compute_event()))
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
         """``nbytes`` of the VRAM budget (idle resident keys evicted for it), or None when they do not fit."""
@@ -470,21 +494,30 @@ class CudaBackend:
         chunk = self.msm_plan(curve, group, n, resident)
         words = self._point_words(curve, group)
         chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
-        buffers = 1 if resident or len(chunks) == 1 or not self.overlap else 2
+        from_host = isinstance(bases, np.ndarray)
+        buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
         c_max = window_bits(chunk, curve.r.bit_length())
-
-        def fetch(start: int, stop: int) -> Upload:
-            if resident:
-                return Upload(self.runtime, bases.points[start:stop], None)
-            return self.upload_async(bases[start:stop].reshape(-1, words))
 
         total: Point = None
         with self.vram.reserve(self._msm_bytes(curve, group, chunk, c_max, resident, buffers), "MSM working set"):
-            pending = fetch(*chunks[0])
+            if from_host:  # a ring of chunk buffers: chunk i+1 uploads into one while chunk i computes from the other
+                ring = [self.runtime.empty((chunk, words), np.uint32) for _ in range(buffers)]
+                free_after = [self.runtime.compute_event()] * buffers  # when each slot's last reader is done
+
+            def fetch(i: int) -> Upload:
+                start, stop = chunks[i]
+                if resident:
+                    return Upload(self.runtime, bases.points[start:stop], None)
+                if not from_host:
+                    return Upload(self.runtime, self.xp.ascontiguousarray(bases[start:stop]).reshape(-1, words), None)
+                slot = i % buffers
+                return self.upload_async(bases[start:stop].reshape(-1, words), ring[slot][: stop - start], free_after[slot])
+
+            pending = fetch(0)
             for i, (start, stop) in enumerate(chunks):
                 points = pending.result()
                 last = i + 1 == len(chunks)
-                ahead = None if last or buffers == 1 else self._copy_thread().submit(fetch, *chunks[i + 1])
+                ahead = None if last or buffers == 1 else self._copy_thread().submit(fetch, i + 1)
                 try:
                     c = window_bits(stop - start, curve.r.bit_length())
                     part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
@@ -493,9 +526,11 @@ class CudaBackend:
                         ahead.result().result()
                     raise
                 del points
+                if from_host:
+                    free_after[i % buffers] = self.runtime.compute_event()
                 total = G.add(total, part)
                 if not last:
-                    pending = ahead.result() if ahead is not None else fetch(*chunks[i + 1])
+                    pending = ahead.result() if ahead is not None else fetch(i + 1)
         return total
 
     def _copy_thread(self) -> ThreadPoolExecutor:

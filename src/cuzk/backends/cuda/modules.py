@@ -125,15 +125,33 @@ class CupyRuntime:
         """Context that makes this device current (arrays allocated and kernels run on it)."""
         return self.device
 
-    def upload_async(self, host: np.ndarray):
-        """(device array, event): a copy of ``host`` started on the copy stream; it overlaps kernels only when
-        ``host`` is page-locked, and ``host`` must stay unchanged until the event has completed."""
+    def empty(self, shape, dtype):
         with self.device:
-            out = self.xp.empty(host.shape, dtype=host.dtype)
-            out.set(host, stream=self.copy_stream)
+            return self.xp.empty(shape, dtype=dtype)
+
+    def compute_event(self):
+        """An event after the work queued so far on the compute (current) stream.
+
+        CuPy's memory pool reuses a block freed on the compute stream for the next allocation
+        there, ordered by that stream; a copy on the copy stream into such a block must first
+        wait for this event, or it could overwrite memory a queued kernel still reads.
+        """
+        with self.device:
             event = self.xp.cuda.Event(disable_timing=True)
-            event.record(self.copy_stream)
-        return out, event
+            event.record()
+        return event
+
+    def copy_async(self, out, host: np.ndarray, after):
+        """Copy ``host`` into device array ``out`` on the copy stream once ``after`` has happened; returns the
+        copy's completion event. It overlaps kernels only when ``host`` is page-locked, and ``host`` must
+        stay unchanged until the event has completed."""
+        with self.device:
+            if after is not None:
+                self.copy_stream.wait_event(after)
+            out.set(host, stream=self.copy_stream)
+            done = self.xp.cuda.Event(disable_timing=True)
+            done.record(self.copy_stream)
+        return done
 
     def wait_event(self, event) -> None:
         """Make later work on the compute (current) stream wait for ``event``, without blocking the host."""
@@ -277,8 +295,17 @@ class HostRuntime:
         return contextlib.nullcontext()
 
     @staticmethod
-    def upload_async(host: np.ndarray):
-        return aligned_copy(host), None
+    def empty(shape, dtype) -> np.ndarray:
+        return aligned_empty(shape, dtype)
+
+    @staticmethod
+    def compute_event():
+        return None
+
+    @staticmethod
+    def copy_async(out: np.ndarray, host: np.ndarray, after):
+        np.copyto(out, host)
+        return None
 
     @staticmethod
     def wait_event(event) -> None:
@@ -315,11 +342,18 @@ class HostRuntime:
         pass
 
 
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``a`` at a 64-byte-aligned address (kernels load 16-byte vectors)."""
-    raw = np.empty(a.nbytes + 64, dtype=np.uint8)
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array at a 64-byte-aligned address (kernels load 16-byte vectors)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
     offset = (-raw.ctypes.data) % 64
-    out = raw[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape)
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` at a 64-byte-aligned address."""
+    out = aligned_empty(a.shape, a.dtype)
     out[...] = a
     return out
 
