@@ -185,6 +185,23 @@ def test_prover_vectors_stay_on_the_device_and_hold_vram_only_while_proving(circ
     assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
 
 
+def test_a_proof_stopped_early_gives_back_its_staging_buffers_and_vram(circuits):
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.prover.groth16 import ProofCancelled, prove_synthesized, synthesize as synthesize_witness
+
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0)
+    pool = PinnedPool(MemoryBudget(64 * MiB), PageAlignedAllocator())
+    backend.staging = PoolStaging(pool)
+    witness = read_wtns(circuits["one"][1])
+    prove_synthesized(backend, zkey, synthesize_witness(zkey, witness))
+    tables = backend.vram.reserved_bytes  # after a whole proof only the cached NTT tables stay reserved
+    with pytest.raises(ProofCancelled):
+        prove_synthesized(backend, zkey, synthesize_witness(zkey, witness), cancelled=lambda: True)  # stops after the NTTs
+    assert pool.stats()["in_use_buffers"] == 0 and pool.stats()["misses"] >= 1
+    assert backend.vram.reserved_bytes == tables
+
+
 # ---------------------------------------------------------------- engine: one worker per device
 def engine_with(tmp_path, circuits, backends, **config) -> Engine:
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,

@@ -156,17 +156,22 @@ def device_vector_bytes(header) -> int:
 
 
 @contextlib.contextmanager
-def _device_vectors(backend: Backend, zkey: ZKey):
-    """On a backend with device memory (CUDA): the proof's vectors (a, b, c, a temporary, the witness) reserved
-    in its VRAM budget, yielding the backend so they are copied once and stay there. Yields None on
-    the CPU backend, or when they do not fit (each operation then copies its own inputs)."""
+def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray):
+    """On a backend with device memory (CUDA): the proof's vectors reserved in its VRAM budget so that they
+    are copied once and stay there, and the witness's upload started (staged and copied on the backend's
+    copy thread while the NTTs run); yields that upload. Yields None on the CPU backend, or when the
+    vectors do not fit (each operation then copies its own inputs)."""
     try_reserve = getattr(backend, "try_reserve", None)
     reservation = try_reserve(device_vector_bytes(zkey), "proof vectors") if try_reserve is not None else None
     if reservation is None:
         yield None
         return
     try:
-        yield backend
+        upload = backend.upload_in_background(w)
+        try:
+            yield upload
+        finally:
+            upload.result()  # a proof that stopped early still hands the upload's staging buffer back
     finally:
         reservation.release()
 
@@ -188,11 +193,10 @@ def prove_synthesized(
     timings = dict(synthesis.timings)
     w = synthesis.w
     a, b = synthesis.take_ab()
-    with _device_vectors(backend, zkey) as device:
+    with _device_vectors(backend, zkey, w) as w_upload:
         t = time.perf_counter()
-        if device is not None:  # the witness is staged and copied while the NTTs run; a, b, c and H stay on the device
-            w_upload = device.upload_in_background(w)
-            a, b = device.to_device(a), device.to_device(b)
+        if w_upload is not None:  # a, b, c and H stay on the device
+            a, b = backend.to_device(a), backend.to_device(b)
         c = backend.fr_mul(curve, a, b)
         shift = curve.fr_root_of_unity(zkey.power + 1)
         a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
@@ -206,7 +210,7 @@ def prove_synthesized(
         _checkpoint(cancelled)
 
         t = time.perf_counter()
-        scalars = w_upload.result() if device is not None else w
+        scalars = w_upload.result() if w_upload is not None else w
         pi_a = backend.msm_g1(curve, zkey.a, scalars)
         pib1 = backend.msm_g1(curve, zkey.b1, scalars)
         _checkpoint(cancelled)
