@@ -164,7 +164,10 @@ class CupyRuntime:
             attrs = self.xp.cuda.runtime.pointerGetAttributes(host.ctypes.data)
         except Exception:  # pageable memory unknown to CUDA: older runtimes raise instead of answering 0
             return False
-        return int(attrs.type) == 1  # cudaMemoryTypeHost
+        kind = getattr(attrs, "type", getattr(attrs, "memoryType", -1))  # the field's name differs across CuPy versions
+        if kind is not None and kind >= 0:
+            return int(kind) == 1  # cudaMemoryTypeHost
+        return bool(attrs.hostPointer)  # versions without it: only registered host memory has a host pointer
 
     def module(self, curve: Curve, kind: str):
         return self.compile(module_source(curve, kind))
