@@ -325,6 +325,47 @@ def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
     resident.free()
 
 
+@pytest.mark.gpu
+def test_gpu_every_device_works_on_its_own_memory(circuits):
+    """A backend for the last device allocates and computes there, whichever device the thread had current."""
+    _gpu_or_skip()
+    from cuzk.backends.cuda import cupy_device_count
+
+    if cupy_device_count() < 2:
+        pytest.skip("needs two GPUs")
+    import cupy
+
+    zkey = read_zkey(circuits["two"][0])
+    last = cupy_device_count() - 1
+    backend = CudaBackend(device=last)
+    resident = backend.upload_bases(BN254, "g1", zkey.a)
+    assert resident.points.device.id == last
+    scalars = np.ones((zkey.n_vars, 8), dtype=np.uint32)
+    with cupy.cuda.Device(0):
+        got = backend.msm_g1(BN254, resident, scalars)
+    assert got == CudaBackend(device=0).msm_g1(BN254, zkey.a, scalars)
+    resident.free()
+
+
+@pytest.mark.gpu
+def test_gpu_two_devices_share_the_engine_work(circuits, tmp_path):
+    _gpu_or_skip()
+    from cuzk.backends.cuda import cupy_device_count
+
+    if cupy_device_count() < 2:
+        pytest.skip("needs two GPUs")
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cuda", devices=[0, 1], reconcile=False, synth_workers=2,
+                          keys={n: str(z) for n, (z, _) in circuits.items()})
+    with Engine(config) as engine:
+        jobs = [engine.submit(name, circuits[name][1].read_bytes()) for name in ("one", "two") * 16]
+        records = [engine.await_result(j, timeout=600) for j in jobs]
+        status = engine.status()
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+    provers = [w for w in status["workers"] if w["kind"] == "proving"]
+    assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    assert all(w["jobs_done"] > 0 for w in provers), provers  # 32 jobs: both devices took some
+
+
 _VISIBLE = textwrap.dedent("""
     import sys
     from cuzk.engine import Engine, EngineConfig
