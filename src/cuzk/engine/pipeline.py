@@ -78,11 +78,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..backends.cuda.modules import is_device_error
 from ..formats.json_io import proof_to_json
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
-from ..backends.cuda.modules import is_device_error
 from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
 from ..memory.pinned import PinnedPool
 from ..memory.units import MiB, format_size, parse_size
@@ -764,7 +764,8 @@ class Engine:
         self._check_open()
         with self._jobs_lock:
             active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
-                       "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker}
+                       "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker,
+                       "requeues": j.requeues}
                       for j in self._jobs.values() if j.state is not JobState.QUEUED]
         reconciler = None
         if self.reconciler is not None:

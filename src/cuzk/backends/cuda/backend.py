@@ -203,7 +203,7 @@ class CudaBackend:
         return Upload(self.runtime, out, event, buffer)
 
     @_on_device
-    def upload_in_background(self, a) -> Upload:
+    def upload_in_background(self, a) -> Upload | _Deferred:
         """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels.
 
         The destination is allocated here, on the caller's thread and stream, so the copy is
