@@ -213,6 +213,8 @@ def engine_with(tmp_path, circuits, backends, **config) -> Engine:
 def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
     devices = [emulated(0), emulated(1)]
     with engine_with(tmp_path, circuits, devices) as engine:
+        idle = engine.status()["devices"]  # listed before any job, with nothing resident
+        assert [(d["device"], d["keys"], d["resident_bytes"]) for d in idle] == [(0, {}, 0), (1, {}, 0)]
         jobs = [engine.submit(name, circuits[name][1].read_bytes()) for name in ("one", "two") * 3]
         records = [engine.await_result(j, timeout=300) for j in jobs]
         assert [r.state for r in records] == [JobState.DONE] * len(jobs), [r.error for r in records]

@@ -82,6 +82,7 @@ from ..backends.cuda.modules import is_device_error
 from ..formats.json_io import proof_to_json
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
+from ..keys.device import can_hold_keys
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
 from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
 from ..memory.pinned import PinnedPool
@@ -229,7 +230,7 @@ class Engine:
                                    default_tier=KeyTier(config.key_tier))
             self.backends = backends if backends is not None else self._make_backends()
             self._pinned: PinnedPool | None = None
-            self._attach_staging()
+            self._attach_devices()
             self._r1cs: dict[str, str] = {}
             self._register_saved_keys()
         except BaseException:
@@ -289,12 +290,14 @@ class Engine:
                                           "(ordinals count from 0 among those CUDA_VISIBLE_DEVICES leaves visible)")
         return [CudaBackend(device=d) for d in ordinals]
 
-    def _attach_staging(self) -> None:
-        """Give every backend that copies to a device the pinned staging pool (charged to the host budget)."""
-        staging = [b for b in self.backends if hasattr(b, "staging")]
-        if staging:
+    def _attach_devices(self) -> None:
+        """Give every device backend its VRAM tier in the key manager and the pinned staging pool (charged to
+        the host budget)."""
+        devices = [b for b in self.backends if can_hold_keys(b)]
+        if devices:
             self._pinned = PinnedPool(self.budget, self.keys.allocator)
-            for backend in staging:
+            for backend in devices:
+                self.keys.add_device(backend)
                 backend.staging = _StagingBuffers(self._pinned)
 
     def _register_saved_keys(self) -> None:

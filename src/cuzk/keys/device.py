@@ -26,7 +26,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..backends.cuda.backend import KEY_BASES
-from ..backends.cuda.vram import VramExhaustedError
 from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.units import format_size
 from ..prover.groth16 import device_vector_bytes
@@ -115,7 +114,7 @@ class DeviceKeys:
         t0 = time.perf_counter()
         try:
             device_zkey = self.backend.upload_key(zkey)
-        except VramExhaustedError as exc:  # another user of the device took the room since make_room
+        except MemoryError as exc:  # VramExhaustedError, or the device's own out-of-memory: prove from host memory
             with self._lock:
                 self._refused[name] = str(exc)
             return DeviceKeyLease(None, None, zkey)

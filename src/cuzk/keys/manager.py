@@ -366,11 +366,16 @@ class KeyManager:
         use), else the host key. Release the result when the proof is done (before the host lease)."""
         if not can_hold_keys(backend):
             return DeviceKeyLease(None, None, lease.zkey)
+        return self.add_device(backend).acquire(lease.name, lease.zkey)
+
+    def add_device(self, backend) -> DeviceKeys:
+        """The VRAM tier of ``backend``'s device (made on first use; the engine adds its devices up front so
+        that status lists them before any job)."""
         with self._lock:
             keys = self._devices.get(backend)
             if keys is None:
                 keys = self._devices[backend] = DeviceKeys(backend)
-        return keys.acquire(lease.name, lease.zkey)
+            return keys
 
     def _drop_device_copies(self, name: str) -> None:
         with self._lock:
