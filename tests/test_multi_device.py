@@ -112,6 +112,18 @@ def test_an_msm_working_set_evicts_idle_resident_keys(circuits):
     assert keys.resident_names() == [] and keys.evictions == 1
 
 
+def test_a_request_that_cannot_fit_evicts_nothing(circuits):
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0, vram_bytes=need_bytes(zkey, emulated(0)) + MiB)
+    keys = DeviceKeys(backend)
+    keys.acquire("one", zkey).release()
+    backend.vram.reserve(1024, "a tenant that is not evictable")
+    assert not backend.vram.make_room(backend.vram.total_bytes)  # evicting the key would not be enough: keep it
+    assert keys.resident_names() == ["one"]
+    assert backend.vram.make_room(backend.vram.available_bytes + bases_bytes(zkey))  # evicting the key is enough
+    assert keys.resident_names() == []
+
+
 def test_a_key_too_large_for_the_device_proves_from_host_memory(circuits):
     zkey = read_zkey(circuits["one"][0])
     backend = emulated(0, vram_bytes=bases_bytes(zkey))  # the bases alone: no room for the proof beside them

@@ -89,7 +89,7 @@ class DeviceKeys:
         self._refused: dict[str, str] = {}  # name → why it is not resident (status)
         self.evictions = 0
         self.uploads = 0
-        backend.vram.register_evictor(self.evict_idle)
+        backend.vram.register_evictor(self)
 
     def acquire(self, name: str, zkey: ZKey) -> DeviceKeyLease:
         """A lease on ``name``'s bases on this device: resident when they (and a proof beside them) fit."""
@@ -138,6 +138,11 @@ class DeviceKeys:
         if orphan:  # dropped while in use: free it now that its last job is done
             self.backend.free_key(entry.zkey)
 
+    def idle_bytes(self) -> int:
+        """Bytes ``evict_idle`` could free now (resident keys no job is using)."""
+        with self._lock:
+            return sum(e.nbytes for e in self._resident.values() if e.refcount == 0)
+
     def evict_idle(self, needed: int) -> int:
         """The VRAM budget's evictor: idle resident keys, least recently used first, until ``needed`` bytes are freed."""
         victims, freed = [], 0
@@ -177,7 +182,7 @@ class DeviceKeys:
             names = list(self._resident)
         for name in names:
             self.drop(name)
-        self.backend.vram.unregister_evictor(self.evict_idle)
+        self.backend.vram.unregister_evictor(self)
 
     def status(self) -> dict:
         vram = self.backend.vram

@@ -5,7 +5,7 @@ minus a margin (CUDA context growth, CuPy's pool rounding, other processes' smal
 allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
 an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
 of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
-reservation or an MSM's working set needs the room (``make_room``).
+reservation or a whole MSM's working set needs the room (``make_room``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class VramBudget:
         self.device = device
         self._reserved = 0
         self._lock = threading.Lock()
-        self._evictors: list = []  # fn(bytes_needed) -> bytes freed, tried in order when short
+        self._evictors: list = []  # objects with idle_bytes() and evict_idle(bytes_needed) -> bytes freed
 
     @classmethod
     def from_free_memory(cls, free_bytes: int, device: int = 0, margin_bytes: int | None = None) -> "VramBudget":
@@ -56,12 +56,21 @@ class VramBudget:
         self._evictors.remove(evictor)
 
     def make_room(self, nbytes: int) -> bool:
-        """Ask the evictors for room until ``nbytes`` are available; whether they are."""
+        """Evict idle holders until ``nbytes`` are available; whether they are.
+
+        Evicts nothing when even every idle holder together could not make the room, so a
+        request that cannot fit never costs a resident key its place.
+        """
+        short = int(nbytes) - self.available_bytes
+        if short <= 0:
+            return True
+        if short > sum(e.idle_bytes() for e in list(self._evictors)):
+            return False
         for evictor in list(self._evictors):
             short = int(nbytes) - self.available_bytes
             if short <= 0:
                 break
-            evictor(short)
+            evictor.evict_idle(short)
         return self.available_bytes >= nbytes
 
     def reserve(self, nbytes: int, what: str) -> "VramReservation":
