@@ -85,7 +85,7 @@ from ..formats.wtns import read_wtns
 from ..keys.device import can_hold_keys
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
 from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
-from ..memory.pinned import PinnedPool
+from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
@@ -226,9 +226,11 @@ class Engine:
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
-            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
-                                   default_tier=KeyTier(config.key_tier))
             self.backends = backends if backends is not None else self._make_backends()
+            # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
+            allocator = None if any(can_hold_keys(b) for b in self.backends) else PageAlignedAllocator()
+            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
+                                   default_tier=KeyTier(config.key_tier), allocator=allocator)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}
