@@ -146,6 +146,10 @@ def test_key_manager_lists_residency_per_device_and_drops_it_on_reregistration(c
     manager.register("one", circuits["two"][0])  # another file under the name: its device copies are stale
     assert manager.status()[0]["resident_devices"] == []
     assert all(b.vram.reserved_bytes == 0 for b in devices)
+    with manager.acquire("one") as lease, manager.on_device(lease, devices[0]) as device_key:
+        assert device_key.resident
+    manager.evict("one")  # the Evict request frees the device copies too
+    assert manager.status()[0]["resident_devices"] == [] and devices[0].vram.reserved_bytes == 0
     manager.close()
 
 

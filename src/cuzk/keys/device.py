@@ -9,7 +9,8 @@ and is never launched to fail.
 
 A resident key counts its leases; an idle one (no lease) is evicted least recently used
 first when the device's budget needs room for another key or for an MSM's working set
-(the tier registers itself as the budget's evictor), and on request (``evict``, ``drop``).
+(the tier registers itself as the budget's evictor), and by ``drop`` when the key manager
+evicts, re-registers or unregisters the key.
 
 A key is made resident only when its bases *and* the proof's own device working set
 (``proof_vram_bytes``: the NTT vectors and one full-size resident MSM) fit, so residency

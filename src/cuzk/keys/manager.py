@@ -474,13 +474,14 @@ class KeyManager:
 
     # ---- eviction -----------------------------------------------------------------------
     def evict(self, name: str) -> int:
-        """Drop a key to cold now (the Evict request); returns the bytes freed."""
+        """Drop a key to cold now (the Evict request), its device copies too; returns the host bytes freed."""
         with self._lock:
             entry = self._get(name)
             if entry.refcount or entry.loading is not None:
                 raise KeyInUseError(f"key {name!r} is in use by {entry.refcount} job(s); evict it once idle")
             freed = self._detach(entry)
             entry.evictions += 1 if freed else 0
+        self._drop_device_copies(name)
         return freed
 
     def evict_idle(self, needed: int) -> int:
