@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 benchmarks/gpu_ops.py [--sizes 16,20,22,24] [--cpu-max-log 20]
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --prebuild DIR   # nvcc-build the cubins (no GPU needed)
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1 --host-bases 8   # upload overlap
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -153,7 +154,37 @@ def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows):
     print(json.dumps(row), flush=True)
 
 
-def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows):
+def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -> dict:
+    """Non-resident MSMs from page-locked host bases: whole (one upload, then compute), and in ``chunks``
+    chunks (a VRAM budget that forces them) with the next chunk's upload overlapping this chunk's compute
+    (``overlap``) or not. Wall-clock ms, medians of 3."""
+    from cuzk.backends.cuda import VramBudget
+    from cuzk.memory.pinned import CudaPinnedAllocator
+
+    array, handle = CudaPinnedAllocator().allocate(host_bases.nbytes)
+    pinned = array.view(np.uint32).reshape(host_bases.shape)
+    pinned[...] = host_bases
+    n = host_bases.shape[0]
+    out = {}
+    whole = CudaBackend()
+    out["ms_host_bases_whole"] = host_time(lambda: whole.msm_g1(curve, pinned, scalars) if group == "g1" else whole.msm_g2(curve, pinned, scalars), 3)
+    chunk = -(-n // chunks)
+    budget = whole.msm_working_bytes(curve, group, chunk, buffers=2) + (64 << 20)  # + twiddle/temporary slack
+    chunked = CudaBackend(vram_budget=VramBudget(budget, 0))
+    fn = chunked.msm_g1 if group == "g1" else chunked.msm_g2
+    out["host_bases_chunks"] = -(-n // chunked.msm_plan(curve, group, n))
+    for overlap in (False, True):
+        chunked.overlap = overlap
+        label = "overlap" if overlap else "serial"
+        out[f"ms_host_bases_{label}"] = host_time(lambda: fn(curve, pinned, scalars), 3)
+        out[f"ok_host_bases_{label}"] = (curve.G1 if group == "g1" else curve.G2).eq(fn(curve, pinned, scalars), expected)
+    out["overlap_gain"] = out["ms_host_bases_serial"] / out["ms_host_bases_overlap"]
+    del pinned, array
+    CudaPinnedAllocator().free(handle)
+    return out
+
+
+def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0):
     import cupy
 
     n = 1 << log_n
@@ -194,6 +225,8 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows):
     s0, s1 = scalar_sums(sparse_host, curve.r)
     row["ms_sparse_witness"] = t_sparse
     row["ok_sparse"] = G.eq(got_sparse, G.mul(G.generator, (a * s1 + b * s0) % curve.r))
+    if host_bases_chunks:
+        row.update(bench_host_bases(curve, group, cupy.asnumpy(bases).reshape(shape), scalars, host_bases_chunks, fn(curve, resident, scalars)))
     backend.phase_log = []
     fn(curve, resident, scalars)
     row["phases_ms"] = {label: round(ms, 3) for label, ms in backend.phase_log}
@@ -253,6 +286,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ops", default="ntt,msm_g1,msm_g2")
     ap.add_argument("--cpu-max-log", type=int, default=-1,
                     help="also time the CPU backend up to this log size (and on the corpus proofs); off by default")
+    ap.add_argument("--host-bases", type=int, default=0, metavar="CHUNKS",
+                    help="also time MSMs from pinned host bases: whole, and in CHUNKS chunks with and without the "
+                         "double-buffered upload overlapping compute (prints the overlap gain)")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -289,7 +325,7 @@ def main(argv=None) -> int:
                 bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows)
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
-                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows)
+                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases)
     if args.proofs:
         bench_proofs(backend, args.proofs, cpu, rows, proofs)
     if args.out:
@@ -306,7 +342,13 @@ def main(argv=None) -> int:
         cpu_ms = r.get("cpu_ntt_ms", r.get("cpu_ms", float("nan")))
         print(f"{r['curve']:10s} {r['op']:8s} {r['log_n']:5d} {ms:9.2f}   {extra:20s} {cpu_ms:9.1f} {r.get('cpu_ratio', float('nan')):6.1f}  {r['ok']}"
               + ("" if r.get("ok_sparse", True) else " SPARSE WRONG"))
-    bad = [r for r in rows if r.get("ok") is False or r.get("ok_sparse") is False]
+    for r in rows:
+        if "overlap_gain" in r:
+            print(f"{r['curve']:10s} {r['op']:8s} 2^{r['log_n']} from pinned host bases: whole {r['ms_host_bases_whole']:.1f} ms, "
+                  f"{r['host_bases_chunks']} chunks serial {r['ms_host_bases_serial']:.1f} ms, overlapped {r['ms_host_bases_overlap']:.1f} ms "
+                  f"(gain {r['overlap_gain']:.2f}x; resident {r['ms']:.1f} ms)")
+    bad = [r for r in rows if r.get("ok") is False or r.get("ok_sparse") is False
+           or r.get("ok_host_bases_serial") is False or r.get("ok_host_bases_overlap") is False]
     return 1 if bad else 0
 
 

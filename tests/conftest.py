@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere
 SNARKJS = REPO / "tests" / "oracle" / "node_modules" / ".bin" / "snarkjs"
 
 CORPUS_CIRCUITS = sorted(p.name for p in CORPUS.iterdir() if (p / "circuit.zkey").exists()) if CORPUS.is_dir() else []

@@ -42,7 +42,13 @@ Inside: one priority queue of submitted jobs (``Scheduler``), ``synth_workers`` 
 that admit a job — key lease from the ``KeyManager`` (hot tier, loaded on demand), then a
 working-set reservation sized from the header (``workset.working_set``), both waiting for
 room rather than over-committing — and synthesize it; a second priority queue of
-synthesized jobs; one proving thread per backend device. A synthesis worker takes a new job
+synthesized jobs; one proving thread per backend device (``devices``: "all" CUDA devices CuPy
+sees — after CUDA_VISIBLE_DEVICES — or a list of ordinals), each taking the next synthesized
+job when it is free, so the devices share the load. Each device has its own CudaBackend,
+VRAM budget and resident keys (``KeyManager.on_device``); its copies are staged through one
+pinned pool charged to the host budget. A CUDA error on a device marks that worker unhealthy
+(status) and sends its job back to the queue for the other devices; only when no healthy
+device is left does a job fail with the error. A synthesis worker takes a new job
 only while fewer than ``synth_workers`` synthesized jobs wait, so synthesis of the next job
 overlaps the current proof without running ahead of memory. Admission is serialized (one
 job at a time waits for memory) so two half-admitted jobs can never wait on each other; a
@@ -72,11 +78,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..backends.cuda.modules import is_device_error
 from ..formats.json_io import proof_to_json
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
+from ..keys.device import can_hold_keys
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
-from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
+from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
+from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
@@ -111,6 +120,7 @@ class EngineConfig:
     data_dir: Path
     budget_bytes: int | None = None  # None: derived from the real limit (cgroup, MemTotal) by memory.plan
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
+    devices: str | list[int] = "all"  # CUDA ordinals with a proving worker each (as CuPy numbers them)
     synth_workers: int = 1
     verify: bool = True
     key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
@@ -136,6 +146,11 @@ class EngineConfig:
             raise ValueError(f"key_tier must be 'hot' or 'warm', got {self.key_tier!r}")
         if self.housekeeping_interval_s <= 0:
             raise ValueError("housekeeping_interval_s must be positive")
+        if self.devices != "all":
+            ordinals = self.devices if isinstance(self.devices, (list, tuple)) else [self.devices]
+            if not ordinals or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in ordinals) or len(set(ordinals)) != len(ordinals):
+                raise ValueError(f"devices must be \"all\" or a list of distinct CUDA device ordinals, got {self.devices!r}")
+            self.devices = list(ordinals)
 
     @classmethod
     def from_mapping(cls, data_dir: str | Path, values: Mapping[str, Any]) -> EngineConfig:
@@ -149,6 +164,23 @@ class EngineConfig:
                 value = parse_size(value)
             out[key] = value
         return cls(**out)
+
+
+class _StagingBuffers:
+    """The backends' staging source over the pinned pool: a buffer only when the budget has room now.
+
+    The proving thread must never wait for memory (it may be what frees it), so a copy that gets
+    no buffer simply runs synchronously from pageable memory.
+    """
+
+    def __init__(self, pool: PinnedPool):
+        self.pool = pool
+
+    def get(self, nbytes: int, label: str = ""):
+        try:
+            return self.pool.get(nbytes, timeout=0, label=label)
+        except (AcquireTimeout, BudgetExceededError):
+            return None
 
 
 class _Job:
@@ -173,6 +205,7 @@ class _Job:
         self.probe_baseline: int | None = None
         self.loads_at_start = 0
         self.lock = threading.Lock()
+        self.requeues = 0  # times a device failed under it and it went back to the queue
 
     def cancelled(self) -> bool:
         return self.interrupted or self.cancel_requested.is_set()
@@ -193,9 +226,13 @@ class Engine:
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
-            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
-                                   default_tier=KeyTier(config.key_tier))
             self.backends = backends if backends is not None else self._make_backends()
+            # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
+            allocator = None if any(can_hold_keys(b) for b in self.backends) else PageAlignedAllocator()
+            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
+                                   default_tier=KeyTier(config.key_tier), allocator=allocator)
+            self._pinned: PinnedPool | None = None
+            self._attach_devices()
             self._r1cs: dict[str, str] = {}
             self._register_saved_keys()
         except BaseException:
@@ -238,15 +275,32 @@ class Engine:
         return budget, reconciler
 
     def _make_backends(self) -> list:
-        """One proving worker per GPU (each its own CudaBackend), or the one CPU backend."""
-        from ..backends import get_backend
+        """One proving worker per configured GPU (each its own CudaBackend and VRAM budget), or the one CPU backend."""
+        from ..backends import BackendUnavailableError, cuda_available, get_backend
 
-        backend = get_backend(self.config.backend)
-        if backend.name != "cuda":
-            return [backend]
+        if self.config.backend == "cpu" or (self.config.backend == "auto" and not cuda_available()):
+            return [get_backend("cpu")]
+        if not cuda_available():
+            raise BackendUnavailableError("the cuda backend needs CuPy and an NVIDIA GPU; none was found")
         from ..backends.cuda import CudaBackend, cupy_device_count
 
-        return [backend] + [CudaBackend(device=i) for i in range(1, cupy_device_count())]
+        count = cupy_device_count()
+        ordinals = list(range(count)) if self.config.devices == "all" else self.config.devices
+        missing = [d for d in ordinals if d >= count]
+        if missing:
+            raise BackendUnavailableError(f"devices {missing} do not exist: CuPy sees {count} CUDA device(s) "
+                                          "(ordinals count from 0 among those CUDA_VISIBLE_DEVICES leaves visible)")
+        return [CudaBackend(device=d) for d in ordinals]
+
+    def _attach_devices(self) -> None:
+        """Give every device backend its VRAM tier in the key manager and the pinned staging pool (charged to
+        the host budget)."""
+        devices = [b for b in self.backends if can_hold_keys(b)]
+        if devices:
+            self._pinned = PinnedPool(self.budget, self.keys.allocator)
+            for backend in devices:
+                self.keys.add_device(backend)
+                backend.staging = _StagingBuffers(self._pinned)
 
     def _register_saved_keys(self) -> None:
         saved = self.journal.saved_keys()
@@ -289,6 +343,7 @@ class Engine:
 
     def _spawn(self, name: str, target, kind: str, backend) -> None:
         self._workers[name] = {"name": name, "kind": kind, "backend": getattr(backend, "name", None), "job": None,
+                               "device": getattr(getattr(backend, "vram", None), "device", None), "healthy": True, "error": None,
                                "jobs_done": 0}
         args = (name, backend) if kind == "proving" else (name,)
         t = threading.Thread(target=target, args=args, name=f"cuzk-{name}", daemon=True)
@@ -317,6 +372,8 @@ class Engine:
             if not job.done.is_set():
                 self._interrupt(job)
         self.keys.close()
+        if self._pinned is not None:
+            self._pinned.close()
         if self._owns_reconciler and self.reconciler is not None:
             self.reconciler.stop()
         with self._jobs_lock:
@@ -519,11 +576,35 @@ class Engine:
                 result = self._prove(job, backend)
             except BaseException as exc:  # noqa: BLE001
                 worker["job"] = None
+                if is_device_error(exc) and self._device_failed(name, job, exc):
+                    return  # this worker stops; the job went back to the queue for the healthy devices
                 self._end_with(job, exc)
             else:
                 worker["job"] = None
                 worker["jobs_done"] += 1
                 self._finish(job, JobState.DONE, **result)
+
+    def _device_failed(self, name: str, job: _Job, exc: BaseException) -> bool:
+        """A CUDA error on worker ``name``: mark it unhealthy and requeue ``job`` when another device is healthy.
+
+        The job's synthesis was consumed by the failed attempt, so it goes back to the synthesis
+        queue (its key lease and working set are released and taken again). False when no healthy
+        device is left: the job then fails with the error and this worker carries on.
+        """
+        worker = self._workers[name]
+        worker["healthy"] = False
+        worker["error"] = f"{type(exc).__name__}: {exc}"
+        log.error("device worker %s failed (%s); job %s goes to the other devices", name, worker["error"], job.id, exc_info=exc)
+        healthy = [w for w in self._workers.values() if w["kind"] == "proving" and w["healthy"]]
+        if not healthy or job.interrupted or job.cancel_requested.is_set():
+            return False
+        self._release(job)
+        self.journal.set_state(job.id, JobState.QUEUED)
+        self._set_state(job, JobState.QUEUED)
+        job.worker = None
+        job.requeues += 1
+        self._enqueue(job)
+        return True
 
     def _prove(self, job: _Job, backend) -> dict[str, Any]:
         """Prove and self-verify; returns the result for the journal (resources already released)."""
@@ -537,7 +618,8 @@ class Engine:
             job.reservation.release(min(abc, job.reservation.nbytes))
 
         synthesis, job.synthesis = job.synthesis, None
-        proof = prove_synthesized(backend, job.lease.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
+        with self.keys.on_device(job.lease, backend) as device_key:  # bases resident in this device's VRAM when they fit
+            proof = prove_synthesized(backend, device_key.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
         del synthesis
         timings = dict(proof.timings)
         if self.config.verify:
@@ -687,7 +769,8 @@ class Engine:
         self._check_open()
         with self._jobs_lock:
             active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
-                       "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker}
+                       "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker,
+                       "requeues": j.requeues}
                       for j in self._jobs.values() if j.state is not JobState.QUEUED]
         reconciler = None
         if self.reconciler is not None:
@@ -700,6 +783,7 @@ class Engine:
             "budget": self.budget.snapshot(),
             "reconciler": reconciler,
             "keys": self.keys.status(),
+            "devices": self.keys.device_status(),
             "jobs": {
                 "by_state": self.journal.counts(),
                 "queued_by_priority": self._queue.depth_by_priority(),

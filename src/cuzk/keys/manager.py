@@ -32,6 +32,11 @@ instead of thrashing); ``evict`` drops one on request. The manager registers its
 budget evictor; call ``maintain()`` periodically (the engine does) so a waiter gets the
 room as soon as a key's idle time runs out.
 
+The VRAM tier (``keys.device``): ``on_device(lease, backend)`` gives a job the key with its
+MSM bases resident on the backend's device — uploaded once per device, kept across proofs,
+counted while in use, LRU-evicted by that device's VRAM budget — or the host key when they
+do not fit. ``status()`` lists each key's residency per device.
+
 Footprints are computed from the header alone (``footprint``), so the engine can refuse a
 job that could never fit before it loads anything.
 """
@@ -57,6 +62,7 @@ from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
+from .device import DeviceKeyLease, DeviceKeys, can_hold_keys
 
 log = logging.getLogger(__name__)
 
@@ -265,6 +271,7 @@ class KeyManager:
         self._entries: dict[str, _Entry] = {}
         self._zombie_lock = threading.Lock()
         self._zombies: list[tuple[HostBuffer, Reservation]] = []  # unmapping blocked by a stray reference
+        self._devices: dict[object, DeviceKeys] = {}  # proving backend → its VRAM tier
         budget.register_evictor(self.evict_idle)
 
     # ---- registration -------------------------------------------------------------------
@@ -284,6 +291,7 @@ class KeyManager:
             self._entries[name] = _Entry(name, path.resolve(), header, extras={})
         if old is not None:
             self._unload(old)
+            self._drop_device_copies(name)
         return header
 
     def unregister(self, name: str) -> None:
@@ -293,6 +301,7 @@ class KeyManager:
                 raise KeyInUseError(f"key {name!r} is in use; cannot unregister it")
             del self._entries[name]
         self._unload(entry)
+        self._drop_device_copies(name)
 
     def names(self) -> list[str]:
         with self._lock:
@@ -351,6 +360,34 @@ class KeyManager:
             lease = KeyLease(self, entry)
         done.set()
         return lease
+
+    def on_device(self, lease: KeyLease, backend) -> DeviceKeyLease:
+        """The leased key for proving on ``backend``: bases resident in its VRAM when they fit (uploaded on first
+        use), else the host key. Release the result when the proof is done (before the host lease)."""
+        if not can_hold_keys(backend):
+            return DeviceKeyLease(None, None, lease.zkey)
+        return self.add_device(backend).acquire(lease.name, lease.zkey)
+
+    def add_device(self, backend) -> DeviceKeys:
+        """The VRAM tier of ``backend``'s device (made on first use; the engine adds its devices up front so
+        that status lists them before any job)."""
+        with self._lock:
+            keys = self._devices.get(backend)
+            if keys is None:
+                keys = self._devices[backend] = DeviceKeys(backend)
+            return keys
+
+    def _drop_device_copies(self, name: str) -> None:
+        with self._lock:
+            devices = list(self._devices.values())
+        for keys in devices:
+            keys.drop(name)
+
+    def device_status(self) -> list[dict]:
+        """Per device: its VRAM budget, the resident keys (bytes, in use, idle) and why others are not resident."""
+        with self._lock:
+            devices = list(self._devices.values())
+        return [keys.status() for keys in sorted(devices, key=lambda k: k.device)]
 
     def preload(self, name: str, tier: KeyTier | None = None, *, cancelled: Callable[[], bool] | None = None) -> KeyTier:
         """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier."""
@@ -437,13 +474,14 @@ class KeyManager:
 
     # ---- eviction -----------------------------------------------------------------------
     def evict(self, name: str) -> int:
-        """Drop a key to cold now (the Evict request); returns the bytes freed."""
+        """Drop a key to cold now (the Evict request), its device copies too; returns the host bytes freed."""
         with self._lock:
             entry = self._get(name)
             if entry.refcount or entry.loading is not None:
                 raise KeyInUseError(f"key {name!r} is in use by {entry.refcount} job(s); evict it once idle")
             freed = self._detach(entry)
             entry.evictions += 1 if freed else 0
+        self._drop_device_copies(name)
         return freed
 
     def evict_idle(self, needed: int) -> int:
@@ -485,6 +523,10 @@ class KeyManager:
             entries = list(self._entries.values())
         for entry in entries:
             self._unload(entry)
+        with self._lock:
+            devices, self._devices = list(self._devices.values()), {}
+        for keys in devices:
+            keys.close()
         self.budget.unregister_evictor(self.evict_idle)
 
     def _unload(self, entry: _Entry) -> None:
@@ -530,6 +572,7 @@ class KeyManager:
     # ---- status -------------------------------------------------------------------------
     def status(self) -> list[dict]:
         with self._lock:
+            resident = {keys.device: set(keys.resident_names()) for keys in self._devices.values()}
             now = time.monotonic()
             return [
                 {
@@ -549,6 +592,7 @@ class KeyManager:
                     "loads": e.loads,
                     "evictions": e.evictions,
                     "last_load_s": round(e.load_seconds, 4),
+                    "resident_devices": sorted(d for d, names in resident.items() if e.name in names),
                 }
                 for e in sorted(self._entries.values(), key=lambda e: e.name)
             ]

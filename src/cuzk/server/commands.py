@@ -116,8 +116,9 @@ def _cmd_keys(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(keys, indent=1))
             for k in keys if not args.json else []:
+                devices = ",".join(map(str, k.get("resident_devices", []))) or "-"
                 print(f"{k['name']:<32} {k['tier']:<5} {k['curve']:<10} 2^{k['domain_size'].bit_length() - 1:<3} "
-                      f"{format_size(k['reserved_bytes']):>12}  in use {k['in_use']}  {k['path']}")
+                      f"{format_size(k['reserved_bytes']):>12}  in use {k['in_use']}  VRAM on {devices}  {k['path']}")
     return 0
 
 
@@ -186,18 +187,20 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
     out.append(head)
 
     keys = Table(title="keys", title_justify="left", expand=False)
-    for col in ("name", "tier", "curve", "domain", "reserved", "in use", "loads"):
+    for col in ("name", "tier", "curve", "domain", "reserved", "in use", "loads", "VRAM on"):
         keys.add_column(col)
     for k in status.get("keys", []):
         keys.add_row(k["name"], k["tier"], k["curve"], f"2^{k['domain_size'].bit_length() - 1}", format_size(k["reserved_bytes"]),
-                     str(k["in_use"]), str(k["loads"]))
+                     str(k["in_use"]), str(k["loads"]), ",".join(map(str, k.get("resident_devices", []))) or "-")
     out.append(keys)
 
     workers = Table(title="workers", title_justify="left")
-    for col in ("name", "kind", "backend", "job", "done"):
+    for col in ("name", "kind", "backend", "device", "job", "done", "health"):
         workers.add_column(col)
     for w in status.get("workers", []):
-        workers.add_row(w["name"], w["kind"], str(w.get("backend") or "-"), (w.get("job") or "-")[:12], str(w.get("jobs_done", 0)))
+        health = "ok" if w.get("healthy", True) else f"FAILED: {w.get('error') or ''}"[:60]
+        workers.add_row(w["name"], w["kind"], str(w.get("backend") or "-"), "-" if w.get("device") is None else str(w["device"]),
+                        (w.get("job") or "-")[:12], str(w.get("jobs_done", 0)), health)
     out.append(workers)
 
     if jobs:

@@ -7,7 +7,7 @@ on one device. Importing this package needs neither CuPy nor a GPU.
 from __future__ import annotations
 
 from .backend import CudaBackend, CudaInputError, ScalarOutOfRangeError, window_bits
-from .modules import CudaBackendError, HostRuntime, cupy_device_count
+from .modules import CudaBackendError, HostRuntime, cupy_device_count, is_device_error
 from .vram import DeviceBases, VramBudget, VramExhaustedError
 
 
@@ -26,5 +26,6 @@ __all__ = [
     "VramBudget",
     "VramExhaustedError",
     "available",
+    "is_device_error",
     "window_bits",
 ]

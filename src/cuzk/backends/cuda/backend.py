@@ -2,15 +2,25 @@
 
 Arrays follow base.py's layout. Host (numpy) arguments give host results; CuPy arrays
 are taken without a copy to the host and give CuPy results, so a caller that keeps its
-vectors on the device pays no transfers. The same orchestration runs on the host
+vectors on the device pays no transfers (the prover does: ``to_device``, ``upload_in_background``).
+
+Kernels run on the device's current (legacy default) stream; host→device copies of bases and
+vectors run on a separate non-blocking copy stream, from page-locked memory (a hot key's
+buffer, or a staging buffer from the engine's pinned pool), so they overlap kernels: an MSM
+whose bases are not resident uploads chunk i+1 into one of two device buffers while chunk i
+computes from the other. Every copy waits for an event recorded on the compute stream when its
+destination was allocated, because CuPy's pool hands a block freed there to the next
+allocation at once, trusting that stream's order. The same orchestration runs on the host
 emulation runtime (modules.HostRuntime), which is how it is tested without a GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -26,7 +36,7 @@ NO_KEY = 0xFFFFFFFF
 SCALAR_LIMBS = 8
 PARTIAL_CHUNK = 8  # entries per thread when re-summing partial bucket sums
 MIN_MSM_CHUNK = 1 << 12
-KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))  # a zkey's MSM bases
+KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))  # a zkey's MSM bases (keys/device.py too)
 
 
 class CudaInputError(ValueError):
@@ -46,6 +56,50 @@ def _check_vector(a, limbs: int, what: str) -> int:
             f"{getattr(a, 'shape', '')}"
         )
     return int(a.shape[0])
+
+
+def _on_device(method):
+    """Run a public backend method with its device current, so every array it makes lives there (multi-GPU)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self.runtime.activate():
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+class Upload:
+    """A host→device copy in flight (``CudaBackend.upload_async``).
+
+    ``result()`` orders the compute stream after the copy (without blocking the host unless a
+    staging buffer must go back to its pool) and returns the device array.
+    """
+
+    def __init__(self, runtime, array, event, staging=None):
+        self._runtime = runtime
+        self._array = array
+        self._event = event
+        self._staging = staging
+
+    def result(self):
+        if self._event is not None:
+            self._runtime.wait_event(self._event)
+            if self._staging is not None:
+                self._event.synchronize()  # the pinned buffer is read by the copy until here
+            self._event = None
+        if self._staging is not None:
+            self._staging.release()
+            self._staging = None
+        return self._array
+
+
+class _Deferred:
+    """An Upload still being started on the copy thread."""
+
+    def __init__(self, future):
+        self._future = future
+
+    def result(self):
+        return self._future.result().result()
 
 
 def window_bits(n: int, scalar_bits: int) -> int:
@@ -76,6 +130,12 @@ class CudaBackend:
     ``ntt_log_block`` (elements per NTT block, log2) and ``min_msm_chunk`` (the fewest
     points an MSM chunk may have) are tuning knobs; tests lower them to reach the
     many-pass and many-chunk paths at small sizes.
+
+    ``staging`` (set by the engine over its ``memory.pinned.PinnedPool``: ``get(nbytes, label)``
+    gives a buffer with ``array`` and ``release()``, or None) lends page-locked buffers for
+    copies from pageable host memory, so they run asynchronously on the copy stream and
+    overlap kernels; without it such copies are synchronous. Sources already page-locked
+    (hot keys) are copied directly. ``overlap = False`` turns the prefetching off (benchmarks).
     """
 
     name = "cuda"
@@ -94,6 +154,9 @@ class CudaBackend:
             vram_budget = VramBudget.from_free_memory(free, device)
         self.vram = vram_budget
         self._lock = threading.Lock()
+        self.staging = None
+        self.overlap = True
+        self._copier: ThreadPoolExecutor | None = None
         self.phase_log: list[tuple[str, float]] | None = None  # set to [] to record MSM phase times (ms)
         self._marks: list[tuple[str, object]] = []
         self._twiddles: dict[str, tuple[int, object, object, VramReservation]] = {}
@@ -110,6 +173,57 @@ class CudaBackend:
         if isinstance(a, np.ndarray):
             return self.runtime.to_device(np.ascontiguousarray(a)), True
         return self.xp.ascontiguousarray(a), False
+
+    @_on_device
+    def upload_async(self, a, out=None, after=None) -> Upload:
+        """Start copying host array ``a`` to the device (device arrays pass through); see ``Upload``.
+
+        ``out`` (a device array of ``a``'s shape) receives it, with ``after`` the compute-stream event
+        the copy must wait for (see ``CupyRuntime.compute_event``); by default a new array, allocated
+        here on the calling thread.
+        """
+        if not isinstance(a, np.ndarray):
+            return Upload(self.runtime, a, None)
+        a = np.ascontiguousarray(a)
+        if out is None:
+            out = self.runtime.empty(a.shape, a.dtype)
+            after = self.runtime.compute_event()
+        buffer = None
+        if self.staging is not None and a.nbytes and not self.runtime.is_pinned(a):
+            buffer = self.staging.get(a.nbytes, label=f"staging for device {self.vram.device}")
+        if buffer is None:  # page-locked already (hot keys), or no host memory to spare: straight from ``a``
+            return Upload(self.runtime, out, self.runtime.copy_async(out, a, after))
+        try:
+            view = buffer.array[: a.nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(view, a)
+            event = self.runtime.copy_async(out, view, after)
+        except BaseException:
+            buffer.release()
+            raise
+        return Upload(self.runtime, out, event, buffer)
+
+    @_on_device
+    def upload_in_background(self, a) -> Upload | _Deferred:
+        """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels.
+
+        The destination is allocated here, on the caller's thread and stream, so the copy is
+        ordered after exactly the work queued before this call.
+        """
+        if not isinstance(a, np.ndarray):
+            return Upload(self.runtime, a, None)
+        out = self.runtime.empty(a.shape, a.dtype)
+        return _Deferred(self._copy_thread().submit(self.upload_async, a, out, self.runtime.compute_event()))
+
+    def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
+        """``nbytes`` of the VRAM budget (idle resident keys evicted for it), or None when they do not fit."""
+        try:
+            return self.vram.reserve(nbytes, what)
+        except VramExhaustedError:
+            return None
+
+    def to_device(self, a):
+        """A device copy of ``a`` (for a caller that keeps its vectors on the device across calls)."""
+        return self.upload_async(a).result()
 
     def _result(self, dev, to_host: bool):
         return self.runtime.to_host(dev) if to_host else dev
@@ -149,15 +263,19 @@ class CudaBackend:
             self.runtime.launch(mod, "fr_elementwise", self._grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
         return self._result(out, host)
 
+    @_on_device
     def fr_mul(self, curve: Curve, a, b):
         return self._elementwise(curve, 0, a, b)
 
+    @_on_device
     def fr_sub(self, curve: Curve, a, b):
         return self._elementwise(curve, 1, a, b)
 
+    @_on_device
     def fr_to_mont(self, curve: Curve, a):
         return self._elementwise(curve, 2, a)
 
+    @_on_device
     def fr_from_mont(self, curve: Curve, a):
         return self._elementwise(curve, 3, a)
 
@@ -241,12 +359,15 @@ class CudaBackend:
         self.runtime.launch(mod, "ntt_bitrev", self._grid(n), THREADS, (data, np.uint32(m), np.uint32(inverse), factor))
         return self._result(data, host)
 
+    @_on_device
     def ntt(self, curve: Curve, a):
         return self._transform(curve, a, inverse=False, shift=None)
 
+    @_on_device
     def intt(self, curve: Curve, a):
         return self._transform(curve, a, inverse=True, shift=None)
 
+    @_on_device
     def coset_ntt(self, curve: Curve, a, shift: int):
         return self._transform(curve, a, inverse=False, shift=shift)
 
@@ -266,6 +387,7 @@ class CudaBackend:
             )
         return int(bases.shape[0])
 
+    @_on_device
     def upload_bases(self, curve: Curve, group: str, bases) -> DeviceBases:
         """Keep ``bases`` resident in VRAM (raises VramExhaustedError when the budget cannot hold them)."""
         if group not in ("g1", "g2"):
@@ -283,6 +405,7 @@ class CudaBackend:
             raise
         return DeviceBases(curve, group, points, reservation)
 
+    @_on_device
     def upload_key(self, zkey):
         """A copy of ``zkey`` whose MSM bases (A, B1, B2, C, H) are resident in VRAM.
 
@@ -307,32 +430,42 @@ class CudaBackend:
             if isinstance(bases, DeviceBases):
                 bases.free()
 
+    @_on_device
     def msm_g1(self, curve: Curve, bases, scalars) -> Point:
         return self._msm(curve, "g1", bases, scalars)
 
+    @_on_device
     def msm_g2(self, curve: Curve, bases, scalars) -> Point:
         return self._msm(curve, "g2", bases, scalars)
 
-    def _msm_bytes(self, curve: Curve, group: str, n: int, c: int, resident: bool) -> int:
-        """Upper bound of an n-point MSM's device working set with window c."""
+    def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
+        """Upper bound of an n-point MSM's device working set (window chosen for n); ``buffers`` chunks of
+        bases in flight when they are not resident (2 while the next chunk's upload overlaps this one)."""
+        return self._msm_bytes(curve, group, n, window_bits(n, curve.r.bit_length()), resident, buffers)
+
+    def _msm_bytes(self, curve: Curve, group: str, n: int, c: int, resident: bool, buffers: int = 1) -> int:
         windows = -(-(curve.r.bit_length() + 1) // c)
         point_bytes = self._point_words(curve, group) * 4
         sum_bytes = 2 * point_bytes
         per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // PARTIAL_CHUNK
-        per_point += 0 if resident else point_bytes
+        per_point += 0 if resident else buffers * point_bytes
         return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
 
     def msm_plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> int:
         """Points per chunk for an MSM of ``n`` points within the VRAM budget left.
 
-        Halves the chunk until its working set (scalars, sorted entries, bucket sums,
-        partial sums, and the bases unless resident) fits; raises VramExhaustedError
-        when even ``min_msm_chunk`` points do not.
+        Asks the budget's evictors (idle resident keys) for room for the whole MSM first; then
+        halves the chunk until its working set (scalars, sorted entries, bucket sums, partial
+        sums, and two chunks of bases unless resident: one computing, one uploading) fits;
+        raises VramExhaustedError when even ``min_msm_chunk`` points do not.
         """
+        whole = self.msm_working_bytes(curve, group, n, resident)
+        if whole <= self.vram.available_bytes or self.vram.make_room(whole):
+            return n
         available = self.vram.available_bytes
         chunk = min(n, (1 << 31) // 32)
         while True:
-            need = self._msm_bytes(curve, group, chunk, window_bits(chunk, curve.r.bit_length()), resident)
+            need = self.msm_working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
             if need <= available:
                 return chunk
             if chunk <= min(n, self.min_msm_chunk):
@@ -360,21 +493,52 @@ class CudaBackend:
         mod = self.runtime.module(curve, f"msm_{group}")
         chunk = self.msm_plan(curve, group, n, resident)
         words = self._point_words(curve, group)
+        chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
+        from_host = isinstance(bases, np.ndarray)
+        buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
+        c_max = window_bits(chunk, curve.r.bit_length())
+
         total: Point = None
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            c = window_bits(stop - start, curve.r.bit_length())
-            with self.vram.reserve(self._msm_bytes(curve, group, stop - start, c, resident), "MSM working set"):
+        with self.vram.reserve(self._msm_bytes(curve, group, chunk, c_max, resident, buffers), "MSM working set"):
+            if from_host:  # a ring of chunk buffers: chunk i+1 uploads into one while chunk i computes from the other
+                ring = [self.runtime.empty((chunk, words), np.uint32) for _ in range(buffers)]
+                free_after = [self.runtime.compute_event()] * buffers  # when each slot's last reader is done
+
+            def fetch(i: int) -> Upload:
+                start, stop = chunks[i]
                 if resident:
-                    points = bases.points[start:stop]
-                elif isinstance(bases, np.ndarray):
-                    points = self.runtime.to_device(np.ascontiguousarray(bases[start:stop]).reshape(-1, words))
-                else:
-                    points = self.xp.ascontiguousarray(bases[start:stop]).reshape(-1, words)
-                part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
+                    return Upload(self.runtime, bases.points[start:stop], None)
+                if not from_host:
+                    return Upload(self.runtime, self.xp.ascontiguousarray(bases[start:stop]).reshape(-1, words), None)
+                slot = i % buffers
+                return self.upload_async(bases[start:stop].reshape(-1, words), ring[slot][: stop - start], free_after[slot])
+
+            pending = fetch(0)
+            for i, (start, stop) in enumerate(chunks):
+                points = pending.result()
+                last = i + 1 == len(chunks)
+                ahead = None if last or buffers == 1 else self._copy_thread().submit(fetch, i + 1)
+                try:
+                    c = window_bits(stop - start, curve.r.bit_length())
+                    part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
+                except BaseException:
+                    if ahead is not None:  # let the copy finish and its staging buffer go back to the pool
+                        ahead.result().result()
+                    raise
                 del points
-            total = G.add(total, part)
+                if from_host:
+                    free_after[i % buffers] = self.runtime.compute_event()
+                total = G.add(total, part)
+                if not last:
+                    pending = ahead.result() if ahead is not None else fetch(i + 1)
         return total
+
+    def _copy_thread(self) -> ThreadPoolExecutor:
+        """One thread that stages and starts the next chunk's upload while the proving thread drives kernels."""
+        with self._lock:
+            if self._copier is None:
+                self._copier = ThreadPoolExecutor(1, thread_name_prefix=f"cuzk-copy-{self.vram.device}")
+            return self._copier
 
     def _msm_chunk(self, curve: Curve, group: str, mod, points, scalars, c: int, offset: int) -> Point:
         xp, rt = self.xp, self.runtime

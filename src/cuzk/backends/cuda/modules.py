@@ -14,6 +14,7 @@ them; it is slow and only for small inputs.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -116,6 +117,57 @@ class CupyRuntime:
             props = cupy.cuda.runtime.getDeviceProperties(device)
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         self.multiprocessors = int(props["multiProcessorCount"])
+        with self.device:
+            # Non-blocking: copies on it never wait for (nor hold up) kernels on the legacy default stream.
+            self.copy_stream = cupy.cuda.Stream(non_blocking=True)
+
+    def activate(self):
+        """Context that makes this device current (arrays allocated and kernels run on it)."""
+        return self.device
+
+    def empty(self, shape, dtype):
+        with self.device:
+            return self.xp.empty(shape, dtype=dtype)
+
+    def compute_event(self):
+        """An event after the work queued so far on the compute (current) stream.
+
+        CuPy's memory pool reuses a block freed on the compute stream for the next allocation
+        there, ordered by that stream; a copy on the copy stream into such a block must first
+        wait for this event, or it could overwrite memory a queued kernel still reads.
+        """
+        with self.device:
+            event = self.xp.cuda.Event(disable_timing=True)
+            event.record()
+        return event
+
+    def copy_async(self, out, host: np.ndarray, after):
+        """Copy ``host`` into device array ``out`` on the copy stream once ``after`` has happened; returns the
+        copy's completion event. It overlaps kernels only when ``host`` is page-locked, and ``host`` must
+        stay unchanged until the event has completed."""
+        with self.device:
+            if after is not None:
+                self.copy_stream.wait_event(after)
+            out.set(host, stream=self.copy_stream)
+            done = self.xp.cuda.Event(disable_timing=True)
+            done.record(self.copy_stream)
+        return done
+
+    def wait_event(self, event) -> None:
+        """Make later work on the compute (current) stream wait for ``event``, without blocking the host."""
+        with self.device:
+            self.xp.cuda.get_current_stream().wait_event(event)
+
+    def is_pinned(self, host: np.ndarray) -> bool:
+        """Whether ``host``'s memory is page-locked (a DMA source the copy engine reads without a staging copy)."""
+        try:
+            attrs = self.xp.cuda.runtime.pointerGetAttributes(host.ctypes.data)
+        except Exception:  # pageable memory unknown to CUDA: older runtimes raise instead of answering 0
+            return False
+        kind = getattr(attrs, "type", getattr(attrs, "memoryType", -1))  # the field's name differs across CuPy versions
+        if kind is not None and kind >= 0:
+            return int(kind) == 1  # cudaMemoryTypeHost
+        return bool(attrs.hostPointer)  # versions without it: only registered host memory has a host pointer
 
     def module(self, curve: Curve, kind: str):
         return self.compile(module_source(curve, kind))
@@ -154,7 +206,7 @@ class CupyRuntime:
         self.device.synchronize()
 
     def mark(self):
-        """A point in the device's stream of work (for phase timings)."""
+        """A point in the device's stream of work (for phase timings, and for waiting on copies)."""
         with self.device:
             event = self.xp.cuda.Event()
             event.record()
@@ -191,6 +243,9 @@ class HostRuntime:
 
     name = "cuda-host-emulation"
     multiprocessors = 1
+    # A built module is loaded once per process and its launch state (block index, shared memory) is global,
+    # so emulated devices in several threads take turns launching.
+    _launch_lock = threading.Lock()
 
     def __init__(self):
         self.xp = np
@@ -233,9 +288,35 @@ class HostRuntime:
         cargs = [_ctype(a) for a in args]
         smem = np.zeros(max(shared_bytes, 16) // 16 + 1, dtype=np.dtype((np.void, 16)))
         smem_ptr = ctypes.c_void_p(smem.ctypes.data)
-        for b in range(grid):
-            module.cuzk_emu_set_launch(ctypes.c_uint32(b), ctypes.c_uint32(grid), ctypes.c_uint32(block), smem_ptr)
-            fn(*cargs)
+        with HostRuntime._launch_lock:
+            for b in range(grid):
+                module.cuzk_emu_set_launch(ctypes.c_uint32(b), ctypes.c_uint32(grid), ctypes.c_uint32(block), smem_ptr)
+                fn(*cargs)
+
+    @staticmethod
+    def activate():
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def empty(shape, dtype) -> np.ndarray:
+        return aligned_empty(shape, dtype)
+
+    @staticmethod
+    def compute_event():
+        return None
+
+    @staticmethod
+    def copy_async(out: np.ndarray, host: np.ndarray, after):
+        np.copyto(out, host)
+        return None
+
+    @staticmethod
+    def wait_event(event) -> None:
+        pass
+
+    @staticmethod
+    def is_pinned(host: np.ndarray) -> bool:
+        return False
 
     @staticmethod
     def to_device(host: np.ndarray) -> np.ndarray:
@@ -264,11 +345,18 @@ class HostRuntime:
         pass
 
 
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``a`` at a 64-byte-aligned address (kernels load 16-byte vectors)."""
-    raw = np.empty(a.nbytes + 64, dtype=np.uint8)
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array at a 64-byte-aligned address (kernels load 16-byte vectors)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
     offset = (-raw.ctypes.data) % 64
-    out = raw[offset : offset + a.nbytes].view(a.dtype).reshape(a.shape)
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def aligned_copy(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` at a 64-byte-aligned address."""
+    out = aligned_empty(a.shape, a.dtype)
     out[...] = a
     return out
 
@@ -281,6 +369,17 @@ def _ctype(arg):
     if isinstance(arg, np.uint64):
         return ctypes.c_uint64(int(arg))
     raise TypeError(f"kernel argument of unsupported type {type(arg).__name__}")
+
+
+def is_device_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure of the device or its driver (a CUDA error), not of the job's inputs.
+
+    The engine moves such a job to another device and stops using the failing one.
+    """
+    if isinstance(exc, CudaBackendError):
+        return True
+    kind = type(exc)
+    return kind.__module__.startswith(("cupy", "cupy_backends")) and "CUDA" in kind.__name__
 
 
 @cache

@@ -4,7 +4,8 @@ The budget starts from what cudaMemGetInfo reports free when the backend is crea
 minus a margin (CUDA context growth, CuPy's pool rounding, other processes' small
 allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
 an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
-of memory.
+of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
+reservation or a whole MSM's working set needs the room (``make_room``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class VramBudget:
         self.device = device
         self._reserved = 0
         self._lock = threading.Lock()
+        self._evictors: list = []  # objects with idle_bytes() and evict_idle(bytes_needed) -> bytes freed
 
     @classmethod
     def from_free_memory(cls, free_bytes: int, device: int = 0, margin_bytes: int | None = None) -> "VramBudget":
@@ -47,8 +49,34 @@ class VramBudget:
     def available_bytes(self) -> int:
         return self.total_bytes - self._reserved
 
+    def register_evictor(self, evictor) -> None:
+        self._evictors.append(evictor)
+
+    def unregister_evictor(self, evictor) -> None:
+        self._evictors.remove(evictor)
+
+    def make_room(self, nbytes: int) -> bool:
+        """Evict idle holders until ``nbytes`` are available; whether they are.
+
+        Evicts nothing when even every idle holder together could not make the room, so a
+        request that cannot fit never costs a resident key its place.
+        """
+        short = int(nbytes) - self.available_bytes
+        if short <= 0:
+            return True
+        if short > sum(e.idle_bytes() for e in list(self._evictors)):
+            return False
+        for evictor in list(self._evictors):
+            short = int(nbytes) - self.available_bytes
+            if short <= 0:
+                break
+            evictor.evict_idle(short)
+        return self.available_bytes >= nbytes
+
     def reserve(self, nbytes: int, what: str) -> "VramReservation":
         nbytes = int(nbytes)
+        if nbytes > self.available_bytes:
+            self.make_room(nbytes)
         with self._lock:
             if nbytes > self.total_bytes - self._reserved:
                 raise VramExhaustedError(

@@ -1,0 +1,203 @@
+"""Proofs per second on 1 GPU and on 2 (or more) GPUs, and the gain of keeping a key's bases in VRAM.
+
+    PYTHONPATH=src python3 benchmarks/multi_gpu.py [--log-n 20] [--proofs 24] [--gpus 1,2]
+
+One synthetic BN254 circuit of 2^log_n - 8 constraints (made with ``circuits.synthetic`` and
+``prover.setup`` once, cached in --dir) and its witness. Three measurements:
+
+1. residency (one GPU): the proving half (NTTs, MSMs, blinding) of one proof with the key's
+   bases uploaded for every MSM (host key in page-locked memory, as the hot tier keeps it)
+   versus resident in VRAM (uploaded once). Median of 3, after a warm-up.
+2. devices only: for each GPU count, one thread per device proving pre-synthesized jobs with
+   resident keys, as the engine's device workers do: proofs/s and the ratio to 1 GPU.
+3. engine end to end: the daemon's engine (``devices = [0..k-1]``, CPU synthesis workers,
+   self-verification off) proving --proofs jobs submitted at once: proofs/s and the ratio.
+   The CPU's synthesis feeds every device, so this ratio is capped by the host's cores.
+
+Every proof of the engine runs is counted only if DONE; one per run is checked with cuzk's
+verifier. Prints a summary table at the end; --out writes the rows as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from cuzk.backends.cuda import CudaBackend, cupy_device_count
+from cuzk.circuits.synthetic import synthesize as make_circuit, write_synthetic
+from cuzk.curves import BN254
+from cuzk.engine import Engine, EngineConfig, JobState
+from cuzk.formats.wtns import read_wtns
+from cuzk.formats.zkey import read_zkey
+from cuzk.keys.manager import KeyManager
+from cuzk.memory.budget import MemoryBudget
+from cuzk.prover.groth16 import prove_synthesized, synthesize
+from cuzk.prover.verify import verify, vkey_from_zkey
+
+
+def circuit(directory: Path, log_n: int) -> tuple[Path, Path]:
+    """(zkey, wtns) of the benchmark circuit, made once per size."""
+    d = directory / f"synthetic_2^{log_n}"
+    zkey, wtns = d / "circuit.zkey", d / "witness.wtns"
+    if not zkey.exists():
+        from cuzk.prover.setup import setup
+
+        t = time.perf_counter()
+        r1cs, wtns = write_synthetic(d, make_circuit(BN254, (1 << log_n) - 8, n_public=1, seed=log_n))
+        setup(r1cs, zkey.with_suffix(".tmp"))
+        os.replace(zkey.with_suffix(".tmp"), zkey)
+        print(f"made the 2^{log_n} circuit and its key in {time.perf_counter() - t:.1f} s", flush=True)
+    return zkey, wtns
+
+
+def residency_gain(zkey_path: Path, wtns_path: Path) -> dict:
+    """Proving half with bases uploaded per MSM (pinned hot key) versus resident."""
+    manager = KeyManager(MemoryBudget(64 << 30))
+    manager.register("k", zkey_path)
+    lease = manager.acquire("k")
+    witness = read_wtns(wtns_path)
+    backend = CudaBackend(0)
+    device_zkey = backend.upload_key(lease.zkey)
+
+    def run(key) -> float:
+        synthesis = synthesize(lease.zkey, witness)
+        backend.runtime.synchronize()
+        t = time.perf_counter()
+        prove_synthesized(backend, key, synthesis)
+        return (time.perf_counter() - t) * 1e3
+
+    out = {}
+    for label, key in (("uploaded_per_msm", lease.zkey), ("resident", device_zkey)):
+        run(key)  # warm-up: module compile, twiddles, staging buffers
+        out[f"{label}_ms"] = statistics.median(run(key) for _ in range(3))
+    out["residency_gain"] = out["uploaded_per_msm_ms"] / out["resident_ms"]
+    backend.free_key(device_zkey)
+    del device_zkey  # it shares the host key's other arrays: drop it before the key's buffer is freed
+    lease.release()
+    manager.close()
+    return out
+
+
+def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int) -> dict:
+    """One thread per device proving pre-synthesized jobs against resident bases."""
+    zkey = read_zkey(zkey_path)
+    witness = read_wtns(wtns_path)
+    backends = [CudaBackend(d) for d in range(gpus)]
+    keys = [b.upload_key(zkey) for b in backends]
+    for b, k in zip(backends, keys):  # warm-up
+        prove_synthesized(b, k, synthesize(zkey, witness))
+    todo = [synthesize(zkey, witness) for _ in range(proofs)]
+    lock = threading.Lock()
+    done = [0] * gpus
+
+    def worker(i: int) -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                synthesis = todo.pop()
+            prove_synthesized(backends[i], keys[i], synthesis)
+            done[i] += 1
+
+    t = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    seconds = time.perf_counter() - t
+    for b, k in zip(backends, keys):
+        b.free_key(k)
+    return {"gpus": gpus, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds, "per_device": done}
+
+
+def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_workers: int) -> dict:
+    witness = wtns_path.read_bytes()
+    with tempfile.TemporaryDirectory() as data_dir:
+        config = EngineConfig(data_dir=data_dir, backend="cuda", devices=list(range(gpus)), verify=False,
+                              synth_workers=synth_workers, reconcile=False, measure_peaks=False, keys={"k": str(zkey_path)})
+        with Engine(config) as engine:
+            warm = [engine.submit("k", witness) for _ in range(2 * gpus)]  # uploads the key to every device, compiles
+            for job in warm:
+                engine.await_result(job, timeout=600)
+            t = time.perf_counter()
+            jobs = [engine.submit("k", witness) for _ in range(proofs)]
+            records = [engine.await_result(job, timeout=600) for job in jobs]
+            seconds = time.perf_counter() - t
+            status = engine.status()
+    ok = [r for r in records if r.state is JobState.DONE]
+    failed = [r.error for r in records if r.state is not JobState.DONE]
+    verified = None
+    if ok:
+        from cuzk.formats.json_io import parse_proof
+
+        zkey = read_zkey(zkey_path)
+        proof = parse_proof(ok[-1].proof, curve=zkey.curve)
+        verified = verify(vkey_from_zkey(zkey), [int(v) for v in ok[-1].public_signals], proof)
+    per_worker = {w["name"]: w["jobs_done"] for w in status["workers"] if w["kind"] == "proving"}
+    return {"gpus": gpus, "proofs": proofs, "done": len(ok), "seconds": round(seconds, 3), "proofs_per_s": len(ok) / seconds,
+            "per_worker": per_worker, "verified": verified, "failed": failed[:3],
+            "resident": {d["device"]: list(d["keys"]) for d in status["devices"]}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--log-n", type=int, default=20, help="circuit domain 2^log_n (default 20)")
+    ap.add_argument("--proofs", type=int, default=24, help="proofs per measured run (default 24)")
+    ap.add_argument("--gpus", default="1,2", help="GPU counts to compare (default 1,2)")
+    ap.add_argument("--synth-workers", type=int, default=4, help="engine CPU synthesis workers (default 4)")
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
+    ap.add_argument("--skip-engine", action="store_true", help="only the residency and devices-only measurements")
+    ap.add_argument("--out", type=Path, help="write the rows as JSON here")
+    args = ap.parse_args(argv)
+
+    available = cupy_device_count()
+    counts = [int(g) for g in args.gpus.split(",")]
+    if available < 1:
+        print("no CUDA device: nothing to measure", file=sys.stderr)
+        return 2
+    skipped = [g for g in counts if g > available]
+    counts = [g for g in counts if g <= available]
+    if skipped:
+        print(f"only {available} GPU(s) visible: skipping runs with {skipped}", flush=True)
+    zkey, wtns = circuit(args.dir, args.log_n)
+    out: dict = {"log_n": args.log_n, "gpus_visible": available}
+
+    out["residency"] = residency_gain(zkey, wtns)
+    print(json.dumps({"residency": out["residency"]}), flush=True)
+    out["devices_only"] = []
+    for g in counts:
+        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs))
+        print(json.dumps({"devices_only": out["devices_only"][-1]}), flush=True)
+    out["engine"] = []
+    if not args.skip_engine:
+        for g in counts:
+            out["engine"].append(engine_run(zkey, wtns, g, args.proofs, args.synth_workers))
+            print(json.dumps({"engine": out["engine"][-1]}), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1))
+
+    r = out["residency"]
+    print(f"\n2^{args.log_n} BN254 proof, proving half on one GPU: bases uploaded per MSM {r['uploaded_per_msm_ms']:.1f} ms, "
+          f"resident {r['resident_ms']:.1f} ms (residency gain {r['residency_gain']:.2f}x)")
+    for label, rows in (("devices only", out["devices_only"]), ("engine end to end", out["engine"])):
+        if not rows:
+            continue
+        base = rows[0]["proofs_per_s"]
+        for row in rows:
+            print(f"{label:18s} {row['gpus']} GPU(s): {row['proofs_per_s']:6.2f} proofs/s  (x{row['proofs_per_s'] / base:.2f} vs "
+                  f"{rows[0]['gpus']} GPU)  split {row.get('per_device') or row.get('per_worker')}"
+                  + ("" if row.get("verified", True) else "  PROOF DID NOT VERIFY"))
+    bad = [row for row in out["engine"] if row["verified"] is False or row["done"] < row["proofs"]]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""The VRAM tier: a key's MSM bases resident on one device, kept across proofs.
+
+One ``DeviceKeys`` per device (per proving backend that can hold bases: ``upload_key`` and a
+``vram`` budget, i.e. the CUDA backend). ``acquire(name, zkey)`` returns a lease whose
+``zkey`` is the host key with its A, B1, B2, C, H bases replaced by resident ``DeviceBases``
+when the device's VRAM budget allows — uploaded on the first use, reused after — and the
+host key itself otherwise, so an MSM whose bases do not fit runs in chunks from host memory
+and is never launched to fail.
+
+A resident key counts its leases; an idle one (no lease) is evicted least recently used
+first when the device's budget needs room for another key or for an MSM's working set
+(the tier registers itself as the budget's evictor), and by ``drop`` when the key manager
+evicts, re-registers or unregisters the key.
+
+A key is made resident only when its bases *and* the proof's own device working set
+(``proof_vram_bytes``: the NTT vectors and one full-size resident MSM) fit, so residency
+never pushes the proof it serves into chunked MSMs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..backends.cuda.backend import KEY_BASES
+from ..formats.zkey import ZKey, ZKeyHeader
+from ..memory.units import format_size
+from ..prover.groth16 import device_vector_bytes
+
+log = logging.getLogger(__name__)
+
+
+def bases_bytes(header: ZKeyHeader) -> int:
+    """Device bytes of a key's resident MSM bases (the sections' sizes: the device layout is the file's)."""
+    sizes = header.section_nbytes()
+    return sum(sizes[name] for name, _ in KEY_BASES)
+
+
+def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
+    """Device bytes one proof needs beside resident bases: its field vectors (the prover's count) and the
+    working set of the largest MSM with resident bases."""
+    largest = max(header.n_vars, header.domain_size)
+    return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
+
+
+@dataclass
+class _Resident:
+    name: str
+    zkey: ZKey  # the host key's header with DeviceBases in place of its bases (no host arrays)
+    nbytes: int
+    refcount: int = 0
+    last_used: float = 0.0
+    upload_seconds: float = 0.0
+
+
+class DeviceKeyLease:
+    """A job's use of a key on one device; ``zkey`` has resident bases when ``resident``."""
+
+    def __init__(self, keys: DeviceKeys | None, entry: _Resident | None, zkey: ZKey):
+        self._keys = keys
+        self._entry = entry
+        self.zkey = zkey
+        self.resident = entry is not None
+
+    def release(self) -> None:
+        keys, self._keys = self._keys, None
+        self.zkey = None
+        if keys is not None and self._entry is not None:
+            keys._release(self._entry)
+
+    def __enter__(self) -> DeviceKeyLease:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class DeviceKeys:
+    """Keys resident in one device's VRAM (see the module docstring)."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.device = backend.vram.device
+        self._lock = threading.Lock()
+        self._resident: OrderedDict[str, _Resident] = OrderedDict()  # least recently used first
+        self._refused: dict[str, str] = {}  # name → why it is not resident (status)
+        self.evictions = 0
+        self.uploads = 0
+        backend.vram.register_evictor(self)
+
+    def acquire(self, name: str, zkey: ZKey) -> DeviceKeyLease:
+        """A lease on ``name``'s bases on this device: resident when they (and a proof beside them) fit."""
+        with self._lock:
+            entry = self._resident.get(name)
+            if entry is not None:
+                entry.refcount += 1
+                entry.last_used = time.monotonic()
+                self._resident.move_to_end(name)
+                return DeviceKeyLease(self, entry, entry.zkey)
+        bases = bases_bytes(zkey)
+        need = bases + proof_vram_bytes(zkey, self.backend)
+        vram = self.backend.vram
+        if need > vram.total_bytes or not vram.make_room(need):
+            why = (f"bases {format_size(bases)} + proof working set {format_size(need - bases)} do not fit in "
+                   f"{format_size(vram.available_bytes)} free of device {self.device}'s {format_size(vram.total_bytes)} budget")
+            with self._lock:
+                if self._refused.get(name) != why:
+                    log.info("key %s stays in host memory on device %d: %s", name, self.device, why)
+                self._refused[name] = why
+            return DeviceKeyLease(None, None, zkey)
+        t0 = time.perf_counter()
+        try:
+            device_zkey = self.backend.upload_key(zkey)
+        except MemoryError as exc:  # VramExhaustedError, or the device's own out-of-memory: prove from host memory
+            with self._lock:
+                self._refused[name] = str(exc)
+            return DeviceKeyLease(None, None, zkey)
+        # Proving needs only the bases and the header's points: drop the host arrays, so that evicting the
+        # host key really frees its buffer while the device copy lives on.
+        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=None)
+        entry = _Resident(name, device_zkey, bases, refcount=1, last_used=time.monotonic(),
+                          upload_seconds=time.perf_counter() - t0)
+        with self._lock:
+            self._refused.pop(name, None)
+            self._resident[name] = entry
+            self.uploads += 1
+        log.info("key %s resident on device %d (%s, uploaded in %.3f s)", name, self.device, format_size(bases), entry.upload_seconds)
+        return DeviceKeyLease(self, entry, device_zkey)
+
+    def _release(self, entry: _Resident) -> None:
+        with self._lock:
+            entry.refcount -= 1
+            entry.last_used = time.monotonic()
+            orphan = entry.refcount == 0 and self._resident.get(entry.name) is not entry
+        if orphan:  # dropped while in use: free it now that its last job is done
+            self.backend.free_key(entry.zkey)
+
+    def idle_bytes(self) -> int:
+        """Bytes ``evict_idle`` could free now (resident keys no job is using)."""
+        with self._lock:
+            return sum(e.nbytes for e in self._resident.values() if e.refcount == 0)
+
+    def evict_idle(self, needed: int) -> int:
+        """The VRAM budget's evictor: idle resident keys, least recently used first, until ``needed`` bytes are freed."""
+        victims, freed = [], 0
+        with self._lock:
+            for entry in list(self._resident.values()):
+                if freed >= needed:
+                    break
+                if entry.refcount == 0:
+                    del self._resident[entry.name]
+                    victims.append(entry)
+                    freed += entry.nbytes
+            self.evictions += len(victims)
+        for entry in victims:
+            self.backend.free_key(entry.zkey)
+        if victims:
+            log.info("device %d: evicted idle resident keys %s for %s", self.device, [e.name for e in victims], format_size(needed))
+        return freed
+
+    def drop(self, name: str) -> int:
+        """Forget ``name``'s device copy (the key was evicted, re-registered or unregistered); returns bytes freed now.
+
+        A copy still in use is freed when its last lease is released.
+        """
+        with self._lock:
+            entry = self._resident.pop(name, None)
+            self._refused.pop(name, None)
+        if entry is None:
+            return 0
+        self.evictions += 1
+        if entry.refcount:
+            return 0
+        self.backend.free_key(entry.zkey)
+        return entry.nbytes
+
+    def close(self) -> None:
+        with self._lock:
+            names = list(self._resident)
+        for name in names:
+            self.drop(name)
+        self.backend.vram.unregister_evictor(self)
+
+    def status(self) -> dict:
+        vram = self.backend.vram
+        now = time.monotonic()
+        with self._lock:
+            return {
+                "device": self.device,
+                "vram_total_bytes": vram.total_bytes,
+                "vram_reserved_bytes": vram.reserved_bytes,
+                "resident_bytes": sum(e.nbytes for e in self._resident.values()),
+                "uploads": self.uploads,
+                "evictions": self.evictions,
+                "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "idle_s": None if e.refcount else round(now - e.last_used, 3),
+                                  "upload_s": round(e.upload_seconds, 4)} for e in self._resident.values()},
+                "not_resident": dict(self._refused),
+            }
+
+    def resident_names(self) -> list[str]:
+        with self._lock:
+            return list(self._resident)
+
+
+def can_hold_keys(backend) -> bool:
+    """Whether ``backend`` keeps bases on a device (the CUDA backend); the CPU backend proves from host memory."""
+    return hasattr(backend, "upload_key") and hasattr(backend, "vram")

@@ -1,0 +1,414 @@
+"""Proving devices: the VRAM tier of the key manager, one proving worker per device, a failing device.
+
+The default tests emulate devices with the CUDA backend's host runtime (the real kernels built
+for the CPU): two CudaBackends on HostRuntime are two devices with their own VRAM budgets.
+The ``gpu`` tests do the same on real GPUs (``pytest -m gpu tests/test_multi_device.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, snarkjs_verify
+from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
+from cuzk.backends.cuda.modules import host_compiler, is_device_error
+from cuzk.circuits.synthetic import synthesize, write_synthetic
+from cuzk.curves import BN254
+from cuzk.engine import Engine, EngineConfig, JobState
+from cuzk.formats.json_io import write_vkey
+from cuzk.formats.zkey import read_zkey
+from cuzk.keys.device import DeviceKeys, bases_bytes, proof_vram_bytes
+from cuzk.keys.manager import KeyManager
+from cuzk.memory.budget import MemoryBudget
+from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
+from cuzk.prover.setup import setup
+from cuzk.prover.verify import vkey_from_zkey
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def circuits(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Two small BN254 circuits of the project's own (no corpus needed): name → (zkey, wtns)."""
+    out = {}
+    for name, n in (("one", 40), ("two", 60)):
+        d = tmp_path_factory.mktemp(name)
+        r1cs, wtns = write_synthetic(d, synthesize(BN254, n, n_public=2, seed=len(name) + n))
+        setup(r1cs, d / "circuit.zkey")
+        out[name] = (d / "circuit.zkey", wtns)
+    return out
+
+
+def emulated(device: int, vram_bytes: int = 256 * MiB, runtime=None) -> CudaBackend:
+    if host_compiler() is None:
+        pytest.skip("no host C++ compiler for the CUDA host emulation")
+    return CudaBackend(device=device, runtime=runtime or HostRuntime(), vram_budget=VramBudget(vram_bytes, device))
+
+
+class FailingRuntime(HostRuntime):
+    """A device whose every kernel launch fails, as a GPU does after a fatal CUDA error."""
+
+    def launch(self, *args, **kwargs):
+        raise CudaBackendError("emulated device fault: an illegal memory access was encountered")
+
+
+def need_bytes(zkey, backend) -> int:
+    return bases_bytes(zkey) + proof_vram_bytes(zkey, backend)
+
+
+# ---------------------------------------------------------------- the VRAM tier
+def test_a_resident_key_is_uploaded_once_and_counted_while_in_use(circuits):
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0)
+    keys = DeviceKeys(backend)
+    with keys.acquire("one", zkey) as first:
+        assert first.resident and first.zkey.a.points is not None
+        assert backend.vram.reserved_bytes == bases_bytes(zkey)
+        with keys.acquire("one", zkey) as second:
+            assert second.zkey is first.zkey  # the same resident bases: nothing uploaded again
+            assert keys.status()["keys"]["one"]["in_use"] == 2
+        bases = first.zkey.a
+    assert keys.uploads == 1
+    status = keys.status()
+    assert status["keys"]["one"]["in_use"] == 0 and status["resident_bytes"] == bases_bytes(zkey)
+    assert keys.drop("one") == bases_bytes(zkey)
+    assert bases.points is None and backend.vram.reserved_bytes == 0
+
+
+def test_least_recently_used_idle_key_makes_room_and_a_busy_one_never_does(circuits):
+    one, two = (read_zkey(circuits[n][0]) for n in ("one", "two"))
+    probe = emulated(0)
+    room = max(need_bytes(one, probe), need_bytes(two, probe)) + min(bases_bytes(one), bases_bytes(two)) // 2
+    backend = emulated(0, vram_bytes=room)  # one key and a proof fit, never both keys
+    keys = DeviceKeys(backend)
+    with keys.acquire("one", one):
+        with keys.acquire("two", two) as busy:  # "one" is in use: "two" proves from host memory
+            assert not busy.resident and busy.zkey is two
+            assert "two" in keys.status()["not_resident"]
+        assert keys.resident_names() == ["one"]
+    with keys.acquire("two", two) as lease:  # "one" is idle now: evicted for "two"
+        assert lease.resident
+    assert keys.resident_names() == ["two"] and keys.evictions == 1
+    assert backend.vram.reserved_bytes == bases_bytes(two)
+
+
+def test_an_msm_working_set_evicts_idle_resident_keys(circuits):
+    zkey = read_zkey(circuits["two"][0])
+    probe = emulated(0)
+    whole_msm = probe.msm_working_bytes(BN254, "g1", zkey.n_vars)
+    backend = emulated(0, vram_bytes=need_bytes(zkey, probe) + MiB // 4)
+    keys = DeviceKeys(backend)
+    keys.acquire("two", zkey).release()
+    short = bases_bytes(zkey) // 2  # the MSM fits only once the key's bases are gone
+    backend.vram.reserve(backend.vram.available_bytes - (whole_msm - short), "another tenant")
+    assert backend.msm_plan(BN254, "g1", zkey.n_vars) == zkey.n_vars  # whole, after evicting the idle key
+    assert keys.resident_names() == [] and keys.evictions == 1
+
+
+def test_a_request_that_cannot_fit_evicts_nothing(circuits):
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0, vram_bytes=need_bytes(zkey, emulated(0)) + MiB)
+    keys = DeviceKeys(backend)
+    keys.acquire("one", zkey).release()
+    backend.vram.reserve(1024, "a tenant that is not evictable")
+    assert not backend.vram.make_room(backend.vram.total_bytes)  # evicting the key would not be enough: keep it
+    assert keys.resident_names() == ["one"]
+    assert backend.vram.make_room(backend.vram.available_bytes + bases_bytes(zkey))  # evicting the key is enough
+    assert keys.resident_names() == []
+
+
+def test_a_key_too_large_for_the_device_proves_from_host_memory(circuits):
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0, vram_bytes=bases_bytes(zkey))  # the bases alone: no room for the proof beside them
+    keys = DeviceKeys(backend)
+    with keys.acquire("one", zkey) as lease:
+        assert not lease.resident and lease.zkey is zkey
+    assert backend.vram.reserved_bytes == 0 and "proof working set" in keys.status()["not_resident"]["one"]
+
+
+def test_key_manager_lists_residency_per_device_and_drops_it_on_reregistration(circuits, tmp_path):
+    manager = KeyManager(MemoryBudget(256 * MiB), allocator=PageAlignedAllocator())
+    manager.register("one", circuits["one"][0])
+    devices = [emulated(0), emulated(1)]
+    with manager.acquire("one") as lease:
+        for backend in devices:
+            with manager.on_device(lease, backend) as device_key:
+                assert device_key.resident
+    assert manager.status()[0]["resident_devices"] == [0, 1]
+    assert [d["device"] for d in manager.device_status()] == [0, 1]
+    manager.register("one", circuits["two"][0])  # another file under the name: its device copies are stale
+    assert manager.status()[0]["resident_devices"] == []
+    assert all(b.vram.reserved_bytes == 0 for b in devices)
+    with manager.acquire("one") as lease, manager.on_device(lease, devices[0]) as device_key:
+        assert device_key.resident
+    manager.evict("one")  # the Evict request frees the device copies too
+    assert manager.status()[0]["resident_devices"] == [] and devices[0].vram.reserved_bytes == 0
+    manager.close()
+
+
+# ---------------------------------------------------------------- staged, overlapped copies
+class PoolStaging:
+    """The engine's staging source, minus its never-wait rule: every copy here goes through the pool."""
+
+    def __init__(self, pool: PinnedPool):
+        self.pool = pool
+
+    def get(self, nbytes: int, label: str = ""):
+        return self.pool.get(nbytes, label=label)
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["double-buffered", "serial"])
+def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, overlap):
+    zkey = read_zkey(circuits["two"][0])
+    n = zkey.n_vars
+    rng = np.random.default_rng(5)
+    scalars = rng.integers(0, 1 << 32, size=(n, 8), dtype=np.uint32)
+    scalars[:, 7] &= 0x0FFFFFFF  # below r
+    reference = emulated(0)
+    want = reference.msm_g1(BN254, reference.upload_bases(BN254, "g1", zkey.a), scalars)
+    budget = MemoryBudget(64 * MiB)
+    pool = PinnedPool(budget, PageAlignedAllocator())
+    backend = CudaBackend(runtime=HostRuntime(), min_msm_chunk=8,
+                          vram_budget=VramBudget(reference.msm_working_bytes(BN254, "g1", 16, buffers=2)))
+    backend.staging, backend.overlap = PoolStaging(pool), overlap
+    assert backend.msm_plan(BN254, "g1", n) < n // 2  # several chunks
+    assert backend.msm_g1(BN254, zkey.a, scalars) == want
+    stats = pool.stats()
+    assert stats["in_use_buffers"] == 0 and stats["misses"] >= 1  # every staging buffer went back to the pool
+    assert budget.snapshot()["by_category"]["pinned"]["bytes"] == stats["pooled_bytes"]  # and stays charged while pooled
+    assert backend.vram.reserved_bytes == 0
+
+
+def test_prover_vectors_stay_on_the_device_and_hold_vram_only_while_proving(circuits):
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.prover.groth16 import device_vector_bytes, prove
+    from cuzk.prover.verify import verify
+
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0)
+    seen = []
+    original = backend.try_reserve
+    backend.try_reserve = lambda nbytes, what: seen.append(nbytes) or original(nbytes, what)
+    proof = prove(backend, zkey, read_wtns(circuits["one"][1]))
+    assert seen == [device_vector_bytes(zkey)] and backend.vram.reserved_bytes < min(seen)
+    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+
+
+def test_a_proof_stopped_early_gives_back_its_staging_buffers_and_vram(circuits):
+    from cuzk.formats.wtns import read_wtns
+    from cuzk.prover.groth16 import ProofCancelled, prove_synthesized, synthesize as synthesize_witness
+
+    zkey = read_zkey(circuits["one"][0])
+    backend = emulated(0)
+    pool = PinnedPool(MemoryBudget(64 * MiB), PageAlignedAllocator())
+    backend.staging = PoolStaging(pool)
+    witness = read_wtns(circuits["one"][1])
+    prove_synthesized(backend, zkey, synthesize_witness(zkey, witness))
+    tables = backend.vram.reserved_bytes  # after a whole proof only the cached NTT tables stay reserved
+    with pytest.raises(ProofCancelled):
+        prove_synthesized(backend, zkey, synthesize_witness(zkey, witness), cancelled=lambda: True)  # stops after the NTTs
+    assert pool.stats()["in_use_buffers"] == 0 and pool.stats()["misses"] >= 1
+    assert backend.vram.reserved_bytes == tables
+
+
+# ---------------------------------------------------------------- engine: one worker per device
+def engine_with(tmp_path, circuits, backends, **config) -> Engine:
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,
+                                 synth_workers=2, keys={n: str(z) for n, (z, _) in circuits.items()}, **config),
+                    backends=backends)
+    return engine.start()
+
+
+def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
+    devices = [emulated(0), emulated(1)]
+    with engine_with(tmp_path, circuits, devices) as engine:
+        idle = engine.status()["devices"]  # listed before any job, with nothing resident
+        assert [(d["device"], d["keys"], d["resident_bytes"]) for d in idle] == [(0, {}, 0), (1, {}, 0)]
+        jobs = [engine.submit(name, circuits[name][1].read_bytes()) for name in ("one", "two") * 3]
+        records = [engine.await_result(j, timeout=300) for j in jobs]
+        assert [r.state for r in records] == [JobState.DONE] * len(jobs), [r.error for r in records]
+        status = engine.status()
+    provers = [w for w in status["workers"] if w["kind"] == "proving"]
+    assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    assert status["budget"]["by_category"]["pinned"]["bytes"] > 0  # staging buffers, pooled and charged to the budget
+    assert sum(w["jobs_done"] for w in provers) == len(jobs)
+    for device in status["devices"]:  # each device uploaded a key once, however many of its proofs used it
+        assert device["uploads"] == len(device["keys"]) <= 2 and device["evictions"] == 0
+    for device in status["devices"]:  # the engine stopped: every device copy freed (NTT tables stay cached)
+        backend = devices[device["device"]]
+        assert backend.vram.reserved_bytes == device["vram_reserved_bytes"] - device["resident_bytes"]
+
+
+def test_a_failing_device_sends_its_jobs_to_the_healthy_one(circuits, tmp_path):
+    failing, healthy = emulated(0, runtime=FailingRuntime()), emulated(1)
+    witness = circuits["one"][1].read_bytes()
+    with engine_with(tmp_path, circuits, [failing, healthy]) as engine:
+        records = []
+        for _ in range(20):  # until the failing device has taken a job (it takes one of the first few)
+            records.append(engine.await_result(engine.submit("one", witness), timeout=300))
+            workers = {w["device"]: w for w in engine.status()["workers"] if w["kind"] == "proving"}
+            if not workers[0]["healthy"]:
+                break
+        assert not workers[0]["healthy"] and "illegal memory access" in workers[0]["error"]
+        assert workers[1]["healthy"]
+        records.append(engine.await_result(engine.submit("one", witness), timeout=300))  # only device 1 is left
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+
+
+def test_with_no_healthy_device_left_the_job_fails_with_the_device_error(circuits, tmp_path):
+    with engine_with(tmp_path, {"one": circuits["one"]}, [emulated(0, runtime=FailingRuntime())]) as engine:
+        record = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
+    assert record.state is JobState.FAILED and "illegal memory access" in record.error
+
+
+def test_device_errors_are_told_from_input_errors():
+    assert is_device_error(CudaBackendError("launch failed"))
+    assert not is_device_error(ValueError("witness has 3 values but the circuit has 4 signals"))
+    assert not is_device_error(MemoryError())
+
+
+@pytest.mark.parametrize("devices", [[], [0, 0], [-1], "some", [True]])
+def test_devices_setting_rejects_what_is_not_a_list_of_ordinals(tmp_path, devices):
+    with pytest.raises(ValueError, match="devices"):
+        EngineConfig(data_dir=tmp_path, devices=devices)
+
+
+def test_devices_setting_from_the_daemon_config(tmp_path):
+    assert EngineConfig.from_mapping(tmp_path, {"devices": [1, 0]}).devices == [1, 0]
+    assert EngineConfig.from_mapping(tmp_path, {}).devices == "all"
+
+
+def test_without_a_gpu_the_engine_proves_on_the_cpu_and_refuses_cuda(tmp_path):
+    if available():
+        pytest.skip("a GPU is present")
+    from cuzk.backends import BackendUnavailableError
+
+    engine = Engine(EngineConfig(data_dir=tmp_path / "auto", reconcile=False, devices=[0, 1]))
+    try:
+        assert [b.name for b in engine.backends] == ["cpu"]
+    finally:
+        engine.stop()
+    with pytest.raises(BackendUnavailableError, match="needs CuPy"):
+        Engine(EngineConfig(data_dir=tmp_path / "cuda", backend="cuda", reconcile=False))
+
+
+# ---------------------------------------------------------------- real GPUs
+def _gpu_or_skip() -> None:
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+
+
+@pytest.mark.gpu
+def test_gpu_engine_proves_corpus_circuits_that_snarkjs_accepts(corpus_circuit, tmp_path):
+    _gpu_or_skip()
+    zkey_path = corpus_circuit / "circuit.zkey"
+    with Engine(EngineConfig(data_dir=tmp_path / "data", backend="cuda", reconcile=False, keys={"c": str(zkey_path)})) as engine:
+        witness = (corpus_circuit / "witness.wtns").read_bytes()
+        records = [engine.await_result(engine.submit("c", witness), timeout=600) for _ in range(2)]
+        status = engine.status()
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+    assert any("c" in d["keys"] for d in status["devices"])  # the second proof found the bases resident
+    import json
+
+    write_vkey(tmp_path / "vkey.json", vkey_from_zkey(read_zkey(zkey_path)))
+    for i, record in enumerate(records):
+        (tmp_path / f"proof{i}.json").write_text(json.dumps(record.proof))
+        (tmp_path / f"public{i}.json").write_text(json.dumps(record.public_signals))
+        assert snarkjs_verify(corpus_circuit / "verification_key.json", tmp_path / f"public{i}.json", tmp_path / f"proof{i}.json")
+
+
+@pytest.mark.gpu
+def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
+    """Non-resident bases in many chunks (the overlapped upload path) give the resident result."""
+    _gpu_or_skip()
+    zkey = read_zkey(circuits["two"][0])
+    backend = CudaBackend(min_msm_chunk=8)
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    scalars = rng.integers(0, 1 << 32, size=(zkey.n_vars, 8), dtype=np.uint32)
+    scalars[:, 7] &= 0x0FFFFFFF
+    resident = backend.upload_bases(BN254, "g1", zkey.a)
+    want = backend.msm_g1(BN254, resident, scalars)
+    small = CudaBackend(min_msm_chunk=8, vram_budget=VramBudget(backend.msm_working_bytes(BN254, "g1", 16, buffers=2), 0))
+    assert small.msm_plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
+    assert small.msm_g1(BN254, zkey.a, scalars) == want
+    resident.free()
+
+
+@pytest.mark.gpu
+def test_gpu_every_device_works_on_its_own_memory(circuits):
+    """A backend for the last device allocates and computes there, whichever device the thread had current."""
+    _gpu_or_skip()
+    from cuzk.backends.cuda import cupy_device_count
+
+    if cupy_device_count() < 2:
+        pytest.skip("needs two GPUs")
+    import cupy
+
+    zkey = read_zkey(circuits["two"][0])
+    last = cupy_device_count() - 1
+    backend = CudaBackend(device=last)
+    resident = backend.upload_bases(BN254, "g1", zkey.a)
+    assert resident.points.device.id == last
+    scalars = np.ones((zkey.n_vars, 8), dtype=np.uint32)
+    with cupy.cuda.Device(0):
+        got = backend.msm_g1(BN254, resident, scalars)
+    assert got == CudaBackend(device=0).msm_g1(BN254, zkey.a, scalars)
+    resident.free()
+
+
+@pytest.mark.gpu
+def test_gpu_two_devices_share_the_engine_work(circuits, tmp_path):
+    _gpu_or_skip()
+    from cuzk.backends.cuda import cupy_device_count
+
+    if cupy_device_count() < 2:
+        pytest.skip("needs two GPUs")
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cuda", devices=[0, 1], reconcile=False, synth_workers=2,
+                          keys={n: str(z) for n, (z, _) in circuits.items()})
+    with Engine(config) as engine:
+        jobs = [engine.submit(name, circuits[name][1].read_bytes()) for name in ("one", "two") * 16]
+        records = [engine.await_result(j, timeout=600) for j in jobs]
+        status = engine.status()
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+    provers = [w for w in status["workers"] if w["kind"] == "proving"]
+    assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    assert all(w["jobs_done"] > 0 for w in provers), provers  # 32 jobs: both devices took some
+
+
+_VISIBLE = textwrap.dedent("""
+    import sys
+    from cuzk.engine import Engine, EngineConfig
+    from cuzk.backends import BackendUnavailableError
+    devices = sys.argv[2] if sys.argv[2] == "all" else [int(d) for d in sys.argv[2].split(",")]
+    try:
+        engine = Engine(EngineConfig(data_dir=sys.argv[1], backend="cuda", devices=devices, reconcile=False))
+    except BackendUnavailableError as exc:
+        print("refused:", exc)
+    else:
+        print("devices:", [b.vram.device for b in engine.backends], [b.runtime.device_name for b in engine.backends])
+        engine.stop()
+""")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("visible, devices, expect", [
+    ("0", "all", "devices: [0]"),
+    ("0", "0", "devices: [0]"),
+    ("0", "1", "refused: devices [1] do not exist"),
+    ("", "all", "refused: the cuda backend needs CuPy"),
+])
+def test_gpu_engine_workers_follow_cuda_visible_devices(tmp_path, visible, devices, expect):
+    _gpu_or_skip()
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run([sys.executable, "-c", _VISIBLE, str(tmp_path / "d"), devices], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert expect in out.stdout, out.stdout + out.stderr
