@@ -34,9 +34,24 @@ def snarkjs_available() -> bool:
     return SNARKJS.exists() and shutil.which("node") is not None
 
 
+def _keep_for_snarkjs_elsewhere(vkey: Path, public: Path, proof: Path) -> None:
+    """Where node is missing (the GPU machine), $CUZK_UNVERIFIED_DIR collects what snarkjs should check later
+    (scripts/verify_unverified.sh), so a GPU-made proof is still judged by snarkjs, not only by cuzk."""
+    keep = os.environ.get("CUZK_UNVERIFIED_DIR")
+    if not keep:
+        return
+    root = Path(keep)
+    root.mkdir(parents=True, exist_ok=True)
+    d = root / f"{len(list(root.iterdir())):04d}"
+    d.mkdir()
+    for src, name in ((vkey, "verification_key.json"), (public, "public.json"), (proof, "proof.json")):
+        shutil.copyfile(src, d / name)
+
+
 def snarkjs_verify(vkey: Path, public: Path, proof: Path) -> bool:
     """True when `snarkjs groth16 verify` accepts the proof."""
     if not snarkjs_available():
+        _keep_for_snarkjs_elsewhere(vkey, public, proof)
         pytest.skip("snarkjs oracle not installed (npm install --prefix tests/oracle)")
     res = subprocess.run([str(SNARKJS), "groth16", "verify", str(vkey), str(public), str(proof)], capture_output=True, text=True, timeout=300)
     out = res.stdout + res.stderr
