@@ -474,13 +474,11 @@ class Engine:
     def _admit_and_synthesize(self, job: _Job, worker: str) -> bool:
         with self._admission:
             self._checkpoint(job)
-            job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            # Refused from the header before anything loads: waiting or evicting could never make this room.
             job.workset = self.working_set(job.circuit)
-            key_bytes = footprint(job.lease.header, job.lease.tier)
-            if key_bytes + job.workset.total_bytes > self.budget.total_bytes:
-                raise JobTooLarge(
-                    f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
-                    f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}")
+            self._check_fits(job, self.keys.footprint(job.circuit))
+            job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            self._check_fits(job, footprint(job.lease.header, job.lease.tier))  # the key may be at another tier already
             job.reservation = self._reserve(job)
             self._begin_measure(job)
         job.worker = worker
@@ -495,6 +493,13 @@ class Engine:
         self._checkpoint(job)
         self._ready.push(job.id, job.priority, job.seq, job)
         return True
+
+    def _check_fits(self, job: _Job, key_bytes: int) -> None:
+        if key_bytes + job.workset.total_bytes > self.budget.total_bytes:
+            raise JobTooLarge(
+                f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
+                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}; it can never run "
+                "here (raise the memory limit or the budget)")
 
     def _reserve(self, job: _Job) -> Reservation:
         nbytes = job.workset.total_bytes
