@@ -21,7 +21,10 @@ The API, all thread-safe:
 - ``await_result(job_id, timeout=None) -> JobRecord`` — the finished record (DONE with
   ``proof``/``public_signals``, FAILED with ``error``, or CANCELLED). ``AwaitTimeout`` when
   not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
-  replayed by the next engine on this data directory), ``UnknownJobError``.
+  replayed by the next engine on this data directory), ``UnknownJobError``. A DONE record's
+  ``timings`` (seconds) are its phases: ``queue`` (submitted → admitted with its key and
+  working set, less the key's part), ``key_load`` (waiting for room for the key and loading
+  it; ~0 when resident), ``check``/``synthesize``, ``ntt``/``msm``/``blind``, ``verify``.
 - ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
 - ``cancel(job_id) -> bool`` — works at every stage. A queued job, or a synthesized one
   waiting for a prover, is CANCELLED when this returns; one that a worker holds (waiting
@@ -160,6 +163,8 @@ class _Job:
         self.priority = record.priority
         self.seq = record.seq
         self.state = record.state
+        self.submitted_at = record.submitted_at  # wall clock, as journaled: a replayed job's queue time includes the restart
+        self.phase_timings: dict[str, float] = {}  # queue and key_load, measured at admission
         self.cancel_requested = threading.Event()
         self.interrupted = False  # the engine is stopping: leave the job unfinished for replay
         self.done = threading.Event()
@@ -477,9 +482,13 @@ class Engine:
             # Refused from the header before anything loads: waiting or evicting could never make this room.
             job.workset = self.working_set(job.circuit)
             self._check_fits(job, self.keys.footprint(job.circuit))
+            t_key = time.perf_counter()
             job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            key_load = time.perf_counter() - t_key  # waiting for room for the key and loading it; ~0 when resident
             self._check_fits(job, footprint(job.lease.header, job.lease.tier))  # the key may be at another tier already
             job.reservation = self._reserve(job)
+            # Submitted → admitted (a worker, the key and the working set), less the key's part.
+            job.phase_timings = {"queue": max(0.0, time.time() - job.submitted_at - key_load), "key_load": key_load}
             self._begin_measure(job)
         job.worker = worker
         self.journal.mark_started(job.id)
@@ -544,7 +553,7 @@ class Engine:
         synthesis, job.synthesis = job.synthesis, None
         proof = prove_synthesized(backend, job.lease.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
         del synthesis
-        timings = dict(proof.timings)
+        timings = {**job.phase_timings, **proof.timings}
         if self.config.verify:
             t = time.perf_counter()
             ok = self._verify(job.lease, proof)
