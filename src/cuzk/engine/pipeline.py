@@ -113,6 +113,7 @@ class ProofRejected(ProvingError):
 class EngineConfig:
     data_dir: Path
     budget_bytes: int | None = None  # None: derived from the real limit (cgroup, MemTotal) by memory.plan
+    budget_over_limit: bool = False  # trust budget_bytes over a lower detected limit (memory.plan, loud warning)
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
     synth_workers: int = 1
     verify: bool = True
@@ -232,7 +233,9 @@ class Engine:
         from ..memory.commands import check_memory
         from ..memory.reconcile import Reconciler
 
-        _, plan, _, _ = check_memory(self.config.budget_bytes)
+        _, plan, _, _ = check_memory(self.config.budget_bytes, trust_configured=self.config.budget_over_limit)
+        for note in plan.notes:
+            (log.warning if note.startswith("WARNING") else log.info)("memory plan: %s", note)
         budget = MemoryBudget(plan.total_bytes)
         reconciler = None
         if self.config.reconcile:

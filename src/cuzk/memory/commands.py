@@ -54,11 +54,13 @@ def _load_probes(paths: list[Path] | None) -> tuple[list[ProbeResult], list[str]
 
 
 def check_memory(budget_bytes: int | None = None, margin_bytes: int | None = None,
-                 probe_files: list[Path] | None = None) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
+                 probe_files: list[Path] | None = None,
+                 trust_configured: bool = False) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
     """The limits, the plan they give, and one reconciler reading of how much of the budget is usable now."""
     limits = read_limits()
     probes, used = _load_probes(probe_files)
-    plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes)
+    plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes,
+                       trust_configured=trust_configured)
     reading = Reconciler(MemoryBudget(plan.total_bytes), plan).preview()
     return limits, plan, reading, used
 

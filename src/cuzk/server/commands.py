@@ -30,6 +30,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, overrides={
         "data_dir": args.data_dir, "listen": args.listen, "budget": args.budget, "http": args.http,
+        "budget_over_limit": True if args.budget_over_limit else None,
         "token_file": args.token_file, "log_level": args.log_level})
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -39,10 +40,12 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     atomic_write_json(config_path, json.loads(config.to_json()))
     config_path.chmod(0o600)  # it may hold the token
 
-    def engine_argv(budget: int | None) -> list[str]:
-        return [sys.executable, "-m", "cuzk.server", str(config_path), *(["--budget", str(budget)] if budget else [])]
+    def engine_argv(budget: int | None, over_limit: bool = False) -> list[str]:
+        return [sys.executable, "-m", "cuzk.server", str(config_path), *(["--budget", str(budget)] if budget else []),
+                *(["--budget-over-limit"] if over_limit else [])]
 
-    supervisor = Supervisor(engine_argv, config.data_dir, config.budget, config.supervisor)
+    supervisor = Supervisor(engine_argv, config.data_dir, config.budget, config.supervisor,
+                            budget_over_limit=config.budget_over_limit)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
     return supervisor.run()
@@ -220,6 +223,9 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", action="append", metavar="ADDR",
                    help="unix:PATH or HOST:PORT (TCP needs a token); repeatable (default: unix:<data-dir>/cuzk.sock)")
     p.add_argument("--budget", help="memory ceiling, e.g. 24GiB (default: the real limit: cgroup or MemTotal)")
+    p.add_argument("--budget-over-limit", action="store_true",
+                   help="trust --budget even above the detected limit (cgroup or MemTotal), with a loud warning; the kernel "
+                        "may then OOM-kill the engine, after which the supervisor's learned budget (under the real limit) wins")
     p.add_argument("--http", help="HOST:PORT for /metrics and /status ('' turns it off; default 127.0.0.1:9750)")
     p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

@@ -45,7 +45,10 @@ class StartupError(RuntimeError):
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False):
+    def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False,
+                 budget_over_limit: bool = False):
+        """``budget``: the supervisor's ceiling (configured or learned), else the config's; ``budget_over_limit``
+        trusts the supervisor's ``budget`` over the detected limit (it says so only for an unlearned configured one)."""
         from ..engine.pipeline import Engine, EngineConfig
 
         self.config = config
@@ -54,6 +57,7 @@ class Daemon:
         values["keys"] = {**config.engine.get("keys", {}), **config.keys}
         if budget is not None or config.budget is not None:
             values["budget_bytes"] = budget if budget is not None else config.budget
+            values["budget_over_limit"] = budget_over_limit if budget is not None else config.budget_over_limit
         try:
             engine_config = EngineConfig.from_mapping(config.data_dir, values)
         except (TypeError, ValueError) as exc:
@@ -149,13 +153,13 @@ class Daemon:
             self._http.stop()
 
 
-def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False) -> int:
+def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False, budget_over_limit: bool = False) -> int:
     """Run a daemon in this process until SIGTERM/SIGINT; the exit status tells the supervisor what happened."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        daemon = Daemon(config, budget, heartbeat=heartbeat).start()
+        daemon = Daemon(config, budget, heartbeat=heartbeat, budget_over_limit=budget_over_limit).start()
     except (StartupError, ConfigError, ValueError, OSError, RuntimeError) as exc:
         # Bad config, a key that cannot be read, an address in use, a data directory another daemon holds.
         log.error("cuzk daemon cannot start: %s", exc)
@@ -172,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cuzk.server", description="the cuzk engine process (started by `cuzk daemon`)")
     parser.add_argument("config_json", help="the resolved daemon configuration, as written by `cuzk daemon`")
     parser.add_argument("--budget", type=int, help="memory ceiling in bytes (the supervisor's learned budget)")
+    parser.add_argument("--budget-over-limit", action="store_true", help="trust --budget over the detected limit")
     args = parser.parse_args(argv)
     config = DaemonConfig.from_json(Path(args.config_json).read_text())
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return serve(config, args.budget, heartbeat=True)
+    return serve(config, args.budget, heartbeat=True, budget_over_limit=args.budget_over_limit)
