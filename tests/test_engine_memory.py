@@ -132,3 +132,31 @@ def test_a_job_waiting_for_a_key_held_by_queued_work_does_not_deadlock(make_engi
     assert keys_by_name(engine)["small"]["evictions"] >= 1
     assert engine.budget.snapshot()["peak_reserved_bytes"] <= budget
 
+
+
+def test_the_engines_own_memory_is_reserved_as_runtime_so_little_stays_untracked(circuits, tmp_path):
+    """An engine-made budget holds the process itself (interpreter, numba's code) under "runtime", measured while idle."""
+    from cuzk.memory.limits import read_rss_bytes
+    from cuzk.memory.units import GiB, MiB
+
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", budget_bytes=2 * GiB, housekeeping_interval_s=0.05)
+    with Engine(config) as engine:
+        at_start = engine.status()["runtime"]["reserved_bytes"]
+        assert at_start > 20 * MiB  # the interpreter and its libraries, measured at start
+        engine.register_key("small", circuits["small"].zkey)
+        assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+
+        def settled():  # idle again: the runtime grew to what the process holds beyond its reservations
+            runtime = engine.status()["runtime"]
+            beyond = read_rss_bytes() - (engine.budget.reserved_bytes - runtime["reserved_bytes"])
+            return runtime["reserved_bytes"] >= beyond - engine.runtime.step_bytes - 4 * MiB
+
+        wait_until(settled)
+        status = engine.status()
+        assert status["budget"]["by_category"]["runtime"] == {"bytes": status["runtime"]["reserved_bytes"], "count": 1}
+        assert status["runtime"]["reserved_bytes"] >= at_start
+        # The reconciler now counts the runtime as tracked: untracked is what moved since the last idle measurement.
+        reading = engine.reconciler.preview()
+        assert reading.untracked_bytes < engine.runtime.step_bytes + 16 * MiB, reading
+        assert reading.reserved_bytes == engine.budget.reserved_bytes
+    assert engine.budget.snapshot()["by_category"]["runtime"]["bytes"] == 0  # given back at stop

@@ -80,6 +80,7 @@ from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
+from ..memory.runtime import RuntimeReservation
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
@@ -194,8 +195,11 @@ class Engine:
         self._dir_lock.acquire()
         try:
             self._owns_reconciler = False
+            self.runtime: RuntimeReservation | None = None
             if budget is None:
                 budget, reconciler = self._plan_budget()
+                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size).
+                self.runtime = RuntimeReservation(budget)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
@@ -325,6 +329,8 @@ class Engine:
             if not job.done.is_set():
                 self._interrupt(job)
         self.keys.close()
+        if self.runtime is not None:
+            self.runtime.close()
         if self._owns_reconciler and self.reconciler is not None:
             self.reconciler.stop()
         with self._jobs_lock:
@@ -680,6 +686,8 @@ class Engine:
         while not self._stop_event.wait(self.config.housekeeping_interval_s):
             try:
                 self.keys.maintain()
+                if self.runtime is not None and self._idle():
+                    self.runtime.update()
                 now = time.monotonic()
                 if now - last_prune >= 60:
                     self.journal.prune()
@@ -689,6 +697,14 @@ class Engine:
                     last_heartbeat = now
             except Exception:
                 log.exception("engine housekeeping failed; continuing")
+
+    def _idle(self) -> bool:
+        """No job holds memory and nobody waits for it: the process's RSS is its runtime plus its keys."""
+        with self._measure_lock:
+            if self._active:
+                return False
+        snap = self.budget.snapshot()
+        return snap["waiters"] == 0 and snap["by_category"]["working"]["bytes"] == 0 and not any(k["loading"] for k in self.keys.status())
 
     def _heartbeat(self) -> None:
         from .supervisor import write_engine_state
@@ -716,6 +732,7 @@ class Engine:
             "running": self._started and not self._stopping,
             "budget": self.budget.snapshot(),
             "reconciler": reconciler,
+            "runtime": self.runtime.to_dict() if self.runtime is not None else None,
             "keys": self.keys.status(),
             "jobs": {
                 "by_state": self.journal.counts(),
