@@ -106,7 +106,8 @@ class DaemonProcess:
     """`cuzk daemon` in a child process (optionally inside a memory cgroup), stopped with SIGTERM."""
 
     def __init__(self, keys: dict[str, Path], *, engine: dict | None = None, budget: str | None = None, tcp: bool = False,
-                 max_request: int = MAX_REQUEST, supervisor: dict | None = None, cgroup=None, budget_over_limit: bool = False):
+                 max_request: int = MAX_REQUEST, supervisor: dict | None = None, cgroup=None, budget_over_limit: bool = False,
+                 tls: tuple[Path, Path] | None = None):
         # Short path: a unix socket path must fit in 107 bytes.
         self.data_dir = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))
         self.socket = self.data_dir / "cuzk.sock"
@@ -116,6 +117,8 @@ class DaemonProcess:
                  f"max_request = {max_request}", f'token = "{TOKEN}"', 'log_level = "info"']
         if budget:
             lines.append(f'budget = "{budget}"')
+        if tls:  # (certificate chain, private key) for the TCP listener
+            lines += [f'tls_cert = "{tls[0]}"', f'tls_key = "{tls[1]}"']
         lines.append("[keys]")
         lines += [f'{name} = "{path}"' for name, path in keys.items()]
         lines.append("[engine]")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -58,13 +59,15 @@ def _client(args: argparse.Namespace):
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
-    return Client(address, args.token or token)
+    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None)
 
 
 def _add_client_options(p: argparse.ArgumentParser, daemon_required: bool = False) -> None:
     p.add_argument("--daemon", metavar="ADDR", required=daemon_required,
                    help="daemon address: unix:PATH, a socket path, or HOST:PORT (default: $CUZK_DAEMON, else the config)")
     p.add_argument("--token", help="bearer token for a TCP address (default: $CUZK_TOKEN, else the config)")
+    p.add_argument("--tls-ca", metavar="PEM", help="connect to a TCP address over TLS, trusting these CA certificates "
+                                                   "(the daemon's own certificate when self-signed; default: $CUZK_TLS_CA)")
     p.add_argument("--config", help="config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml)")
 
 
@@ -284,6 +287,7 @@ def add_daemon_prove_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--daemon", metavar="ADDR", help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
     p.add_argument("--token", help="bearer token for a TCP daemon (default: $CUZK_TOKEN, else the config)")
     p.add_argument("--config", help="config file to find the token in")
+    p.add_argument("--tls-ca", metavar="PEM", help="with a TCP --daemon: TLS, trusting these CA certificates (default: $CUZK_TLS_CA)")
     p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower,
                    help="with --daemon: the job's priority")
     p.add_argument("--timeout", type=float, help="with --daemon: seconds to wait for the proof")

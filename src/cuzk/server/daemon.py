@@ -3,7 +3,8 @@
 ``cuzk daemon`` runs this under the supervisor (``python -m cuzk.server CONFIG.json
 [--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
 socket (mode 0600, no token: the file's permissions are the access control) and, when
-configured, TCP addresses that demand the bearer token. Once everything listens,
+configured, TCP addresses that demand the bearer token — over TLS when ``tls_cert`` and
+``tls_key`` are configured (recommended: otherwise the token crosses the network in clear). Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
 """
@@ -114,6 +115,10 @@ class Daemon:
         groups = [(unix, [])] if unix else []
         if tcp:
             groups.append((tcp, [BearerTokenInterceptor(self.config.token)]))
+        credentials = self._tls_credentials() if tcp else None
+        if tcp and credentials is None:
+            log.warning("TCP listener(s) %s without TLS: the bearer token travels in clear (set tls_cert and tls_key)",
+                        ", ".join(tcp))
         for addresses, interceptors in groups:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
@@ -123,7 +128,10 @@ class Daemon:
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
                 old_umask = os.umask(0o077)  # the socket file is created 0600
                 try:
-                    port = server.add_insecure_port(address)
+                    if address.startswith("unix:") or credentials is None:
+                        port = server.add_insecure_port(address)
+                    else:
+                        port = server.add_secure_port(address, credentials)
                 except RuntimeError as exc:
                     raise StartupError(f"cannot listen on {address}: {exc}") from exc
                 finally:
@@ -137,6 +145,15 @@ class Daemon:
                 self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
+
+    def _tls_credentials(self) -> grpc.ServerCredentials | None:
+        if self.config.tls_cert is None:
+            return None
+        try:
+            chain, key = Path(self.config.tls_cert).read_bytes(), Path(self.config.tls_key).read_bytes()
+        except OSError as exc:
+            raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
+        return grpc.ssl_server_credentials([(key, chain)])
 
     def stop(self) -> None:
         """Stop taking calls, stop the engine (work in flight stays journaled for the next one)."""
