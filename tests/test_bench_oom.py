@@ -3,7 +3,7 @@
 Issue 5's "budget forced above the limit": a first daemon measures what one proof takes in
 the cgroup; then the cgroup's limit drops to that plus room for the restarted engine's
 margins, and the bench starts its own daemon in a cgroup of that limit with ``--budget 2GiB
---budget-over-limit``, on a mix of twelve keys (copies of one circuit's key: twelve distinct
+--budget-over-limit``, on a mix of twenty keys (copies of one circuit's key: twenty distinct
 keys to the daemon). The engine, trusting 2 GiB, keeps more keys resident than the limit
 holds and the kernel OOM-kills it. The supervisor restarts it under a ceiling learned from
 the kill, the journal replays the jobs in flight, and the bench must finish every job and
@@ -22,7 +22,7 @@ from cuzk.memory.units import MiB
 from test_daemon import DaemonProcess, circuits_for
 from test_daemon_recovery import make_cgroup  # noqa: F401 (a fixture)
 
-N_KEYS = 12
+N_KEYS = 20
 
 
 @pytest.mark.cgroup

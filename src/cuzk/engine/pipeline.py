@@ -513,11 +513,13 @@ class Engine:
         return True
 
     def _check_fits(self, job: _Job, key_bytes: int) -> None:
-        if key_bytes + job.workset.total_bytes > self.budget.total_bytes:
+        runtime = self.runtime.nbytes if self.runtime is not None else 0  # the process itself: never given back
+        if key_bytes + job.workset.total_bytes > self.budget.total_bytes - runtime:
+            beside = f" beside the engine's own {format_size(runtime)}" if runtime else ""
             raise JobTooLarge(
                 f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
-                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}; it can never run "
-                "here (raise the memory limit or the budget)")
+                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}; it can "
+                "never run here (raise the memory limit or the budget)")
 
     def _reserve(self, job: _Job) -> Reservation:
         nbytes = job.workset.total_bytes
