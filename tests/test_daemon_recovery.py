@@ -145,7 +145,10 @@ def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_da
     big = synthetic_circuit(tmp_path / "big", 1 << 16)
     keys = [replace(big, name=f"k{i}") for i in range(14)]
     cg = make_cgroup(2048 * MiB)
-    engine = {"synth_workers": 2, "key_idle_evict_s": 0.5, "load_chunk_bytes": 8 * MiB}
+    # A long idle time: after the OOM restart the learned budget holds one key at a time, and each
+    # job must get the previous idle key evicted at once (waiting could not make the room), not
+    # after ten minutes.
+    engine = {"synth_workers": 2, "key_idle_evict_s": 600, "load_chunk_bytes": 8 * MiB}
     policy_step = 0.05  # SupervisorPolicy.min_oom_step: the learned ceiling is 95 % of the limit it died at
     # Measure first, within the limit: the warm engine, one key, one proof.
     measuring = make_daemon({keys[0].name: keys[0].zkey}, engine=engine, budget="2GiB", cgroup=cg)
