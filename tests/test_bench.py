@@ -248,6 +248,9 @@ def test_bench_attached_to_a_daemon_agrees_with_its_records(corpus_daemon, tmp_p
     assert {jobs[r["job_id"]].circuit for r in records} == {c.name for c in circuits}
     assert all(jobs[r["job_id"]].state == "DONE" and jobs[r["job_id"]].attempts == 1 for r in records)
     assert metrics["proofs"] == {"done": report["jobs"]["done"] + report["jobs"]["warmup_done"]}
+    for phase in ("queue", "key_load", "synthesize", "msm", "verify"):  # one histogram observation per proof, every phase
+        assert metrics["phase_count"][phase] == metrics["proofs"]["done"], phase
+    assert all(report["latency"][p]["p99_s"] <= report["wall_s"] + CLOCK_SLACK_S for p in PHASES)
     for c in circuits:
         assert metrics["proofs_by_circuit"][c.name]["done"] == sum(r["circuit"] == c.name for r in records)
     assert report["latency_by_circuit"].keys() == {c.name for c in circuits}
