@@ -76,6 +76,18 @@ def test_cli_status_over_tls(tls_daemon, capsys, monkeypatch):
     assert '"listen"' in capsys.readouterr().out
 
 
+def test_bench_attaches_over_tls(tls_daemon, tmp_path, capsys):
+    import json
+
+    daemon, small, cert, _ = tls_daemon
+    args = ["bench", "--addr", daemon.tcp, "--token", TOKEN, "--tls-ca", str(cert), "--zkey", str(small.zkey), "--wtns",
+            str(small.witness), "--jobs", "2", "--concurrency", "1", "--warmup", "0", "--out", str(tmp_path / "out"), "--json",
+            "--no-progress", "--no-plot", "--timeout", "300"]
+    assert cli_main(args) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["jobs"]["done"] == 2 and report["daemon"]["mode"] == "attached"
+
+
 def test_tls_config_needs_both_files_and_a_tcp_listener(tmp_path):
     cert, key = self_signed(tmp_path)
     base = {"data_dir": str(tmp_path / "data"), "listen": ["127.0.0.1:7750"], "token": TOKEN}

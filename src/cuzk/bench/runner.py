@@ -53,6 +53,7 @@ class BenchOptions:
     warmup: int = 1  # per circuit
     addr: str | None = None
     token: str | None = None
+    tls_ca: str | None = None  # PEM CA file for a TLS --addr
     data_dir: Path | None = None
     budget: str | None = None
     budget_over_limit: bool = False
@@ -136,7 +137,7 @@ class BenchRun:
         try:
             if isinstance(daemon, StartedDaemon):
                 daemon.start()
-            client = Client(daemon.address, opts.token, restart_grace=RETRY_SLICE_S)
+            client = Client(daemon.address, opts.token, restart_grace=RETRY_SLICE_S, tls_ca=opts.tls_ca)
             try:
                 if daemon.attached:
                     self._use_registered_keys(client.status())  # also: a clear error now rather than jobs that never start
