@@ -106,7 +106,8 @@ class DaemonProcess:
     """`cuzk daemon` in a child process (optionally inside a memory cgroup), stopped with SIGTERM."""
 
     def __init__(self, keys: dict[str, Path], *, engine: dict | None = None, budget: str | None = None, tcp: bool = False,
-                 max_request: int = MAX_REQUEST, supervisor: dict | None = None, cgroup=None):
+                 max_request: int = MAX_REQUEST, supervisor: dict | None = None, cgroup=None, budget_over_limit: bool = False,
+                 tls: tuple[Path, Path] | None = None):
         # Short path: a unix socket path must fit in 107 bytes.
         self.data_dir = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))
         self.socket = self.data_dir / "cuzk.sock"
@@ -116,6 +117,8 @@ class DaemonProcess:
                  f"max_request = {max_request}", f'token = "{TOKEN}"', 'log_level = "info"']
         if budget:
             lines.append(f'budget = "{budget}"')
+        if tls:  # (certificate chain, private key) for the TCP listener
+            lines += [f'tls_cert = "{tls[0]}"', f'tls_key = "{tls[1]}"']
         lines.append("[keys]")
         lines += [f'{name} = "{path}"' for name, path in keys.items()]
         lines.append("[engine]")
@@ -126,6 +129,8 @@ class DaemonProcess:
         self.config.write_text("\n".join(lines) + "\n")
         self.log = self.data_dir / "daemon.log"
         argv = [sys.executable, "-m", "cuzk.cli", "daemon", "--config", str(self.config)]
+        if budget_over_limit:  # trust the budget over the (lower) cgroup limit: how the OOM tests force a kill
+            argv.append("--budget-over-limit")
         env = {k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}
         with open(self.log, "wb") as log:
             popen = cgroup.popen if cgroup is not None else subprocess.Popen

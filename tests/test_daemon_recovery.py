@@ -135,6 +135,7 @@ def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_dae
 @pytest.mark.cgroup
 @pytest.mark.slow
 def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_daemon, make_cgroup, tmp_path):
+    """Issue 4's forced OOM: a configured budget above the cgroup limit, trusted by --budget-over-limit."""
     from dataclasses import replace
 
     from test_daemon import synthetic_circuit
@@ -144,20 +145,26 @@ def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_da
     big = synthetic_circuit(tmp_path / "big", 1 << 16)
     keys = [replace(big, name=f"k{i}") for i in range(14)]
     cg = make_cgroup(2048 * MiB)
-    engine = {"synth_workers": 2, "key_idle_evict_s": 0.5, "load_chunk_bytes": 8 * MiB}
-    daemon = make_daemon({k.name: k.zkey for k in keys}, engine=engine, budget="2GiB", cgroup=cg,
-                         supervisor={"min_budget": 64 * MiB})
+    # A long idle time: after the OOM restart the learned budget holds one key at a time, and each
+    # job must get the previous idle key evicted at once (waiting could not make the room), not
+    # after ten minutes.
+    engine = {"synth_workers": 2, "key_idle_evict_s": 600, "load_chunk_bytes": 8 * MiB}
     policy_step = 0.05  # SupervisorPolicy.min_oom_step: the learned ceiling is 95 % of the limit it died at
-    with daemon.client() as client:
+    # Measure first, within the limit: the warm engine, one key, one proof.
+    measuring = make_daemon({keys[0].name: keys[0].zkey}, engine=engine, budget="2GiB", cgroup=cg)
+    with measuring.client() as client:
         idle, per_job = engine_footprint(client, keys[0])
         hot = next(k for k in client.status()["keys"] if k["name"] == "k0")["hot_bytes"]
-        # The engine planned against 2 GiB; now the limit drops under it, as when a container is
-        # resized. It leaves room for one more key and one proof beside the warm engine (what the
-        # learned ceiling will need), far less than fourteen resident keys.
-        limit = int((idle + hot + per_job + 160 * MiB) / (1 - policy_step))
-        assert limit < idle + len(keys) * hot
-        cg.set_limit(limit)
-        limit = cg.read().limit_bytes  # as the kernel keeps it: whole pages
+    assert measuring.stop() == 0
+    # A limit with room for one more key and one proof beside the warm engine (what the learned
+    # ceiling will need), far less than fourteen resident keys; the daemon is told 2 GiB anyway.
+    limit = int((idle + hot + per_job + 160 * MiB) / (1 - policy_step))
+    assert limit < idle + len(keys) * hot
+    cg.set_limit(limit)
+    limit = cg.read().limit_bytes  # as the kernel keeps it: whole pages
+    daemon = make_daemon({k.name: k.zkey for k in keys}, engine=engine, budget="2GiB", budget_over_limit=True, cgroup=cg,
+                         supervisor={"min_budget": 64 * MiB})
+    with daemon.client() as client:
         submitted = submit_all(client, [(f"oom-{k.name}-{uuid.uuid4().hex[:6]}", k) for k in keys])
         await_all(client, submitted, tmp_path, timeout=1200)
     state = daemon.state()
@@ -165,6 +172,8 @@ def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_da
     oom = next(d for d in state.deaths if d["oom_kill"])
     assert "OOM kill" in oom["cause"] and oom["planned_ceiling"] == 2048 * MiB and oom["limit"] == limit
     assert state.learned_budget is not None and state.learned_budget < limit
+    assert state.current_budget == state.learned_budget  # the learned budget won over the trusted configured one
     log = daemon.log_text()
     assert "OOM kill (the kernel's OOM counter moved)" in log and "budget lowered by" in log
+    assert "WARNING: configured budget 2.00 GiB is trusted over the real ceiling" in log
     assert daemon.stop() == 0

@@ -415,7 +415,7 @@ def test_status_reports_budget_keys_jobs_and_workers(make_engine, circuits):
     engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
     status = engine.status()
     assert status["running"]
-    assert set(status["budget"]["by_category"]) == {"key", "pinned", "working", "transient"}
+    assert set(status["budget"]["by_category"]) == {"key", "pinned", "working", "transient", "runtime"}
     assert status["keys"][0]["name"] == "small" and status["keys"][0]["tier"] == "hot"
     assert status["jobs"]["by_state"]["done"] == 1
     assert sorted(w["kind"] for w in status["workers"]) == ["housekeeping", "proving", "synthesis"]

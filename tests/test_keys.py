@@ -170,16 +170,20 @@ def test_a_load_waits_for_a_busy_key_and_proceeds_once_it_is_released(tmp_path):
     got[0].release()
 
 
-def test_idle_time_delays_eviction_until_maintain_sees_it_expire(tmp_path):
+def test_idle_time_delays_eviction_while_work_in_flight_will_make_the_room(tmp_path):
     pa, pb = make_zkey(tmp_path / "a.zkey", seed=1), make_zkey(tmp_path / "b.zkey", seed=2)
     probe = KeyManager(MemoryBudget(0))
     peak = load_peak(probe.register("a", pa), KeyTier.HOT, 1 << 20)
-    km = KeyManager(MemoryBudget(peak), idle_evict_s=0.3)
+    budget = MemoryBudget(2 * peak)
+    km = KeyManager(budget, idle_evict_s=0.3)
     km.register("a", pa)
     km.register("b", pb)
     km.preload("a")
     released_at = time.monotonic()
-    assert km.evict_idle(1) == 0  # idle for less than 0.3 s: kept
+    # A job in flight: "b" fits only once "a" goes or the job ends, and the job alone would make the room.
+    job = budget.acquire(peak, "working", label="job in flight")
+    assert budget.available_bytes < peak
+    assert km.evict_idle(1) == 0  # idle for less than 0.3 s and the job will give back enough: kept
     done = threading.Event()
     t = threading.Thread(target=lambda: (km.preload("b"), done.set()))
     t.start()
@@ -188,6 +192,29 @@ def test_idle_time_delays_eviction_until_maintain_sees_it_expire(tmp_path):
         done.wait(0.01)
     t.join()
     assert time.monotonic() - released_at >= 0.3
+    assert {k["name"]: k["tier"] for k in km.status()} == {"a": "cold", "b": "hot"}
+    job.release()
+
+
+def test_idle_key_goes_at_once_when_nothing_in_flight_would_make_the_room(tmp_path):
+    """The post-OOM stall: an hour of idle time must not keep a waiter waiting when waiting cannot help."""
+    pa, pb = make_zkey(tmp_path / "a.zkey", seed=1), make_zkey(tmp_path / "b.zkey", seed=2)
+    probe = KeyManager(MemoryBudget(0))
+    peak = load_peak(probe.register("a", pa), KeyTier.HOT, 1 << 20)
+    budget = MemoryBudget(peak)
+    km = KeyManager(budget, idle_evict_s=3600)
+    km.register("a", pa)
+    km.register("b", pb)
+    with km.acquire("a"):  # in use: a waiter for "b" waits, and gets "a" the moment its lease ends
+        t = threading.Thread(target=km.preload, args=("b",))
+        t.start()
+        deadline = time.monotonic() + 10
+        while budget.snapshot()["waiters"] == 0:  # "b" queued behind the busy key
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert km.status()[0]["tier"] == "hot"
+    t.join(10)  # no maintain() in between: the release itself hands the key over
+    assert not t.is_alive()
     assert {k["name"]: k["tier"] for k in km.status()} == {"a": "cold", "b": "hot"}
 
 

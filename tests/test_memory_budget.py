@@ -404,3 +404,25 @@ class BudgetModel(RuleBasedStateMachine):
 
 TestBudgetModel = BudgetModel.TestCase
 TestBudgetModel.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_try_grow_adds_to_a_live_reservation_only_when_it_fits_and_nobody_waits():
+    budget = MemoryBudget(100)
+    r = budget.try_acquire(0, "runtime", label="engine runtime")
+    assert budget.try_grow(r, 60) and r.nbytes == 60 and budget.snapshot()["by_category"]["runtime"] == {"bytes": 60, "count": 1}
+    assert not budget.try_grow(r, 41) and r.nbytes == 60  # does not fit
+    other = budget.acquire(40, "working")
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(budget.acquire(10, "key")))
+    waiter.start()
+    while budget.snapshot()["waiters"] == 0:
+        time.sleep(0.001)
+    other.release(10)  # 10 free, but the queued request has it: growing may not jump the queue
+    waiter.join(10)
+    assert got and not budget.try_grow(r, 1)
+    got[0].release()
+    assert budget.try_grow(r, 10) and budget.reserved_bytes == 100
+    with pytest.raises(ValueError, match="another budget"):
+        MemoryBudget(10).try_grow(r, 1)
+    r.release()
+    assert budget.snapshot()["by_category"]["runtime"]["bytes"] == 0

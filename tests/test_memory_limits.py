@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cuzk.memory.limits import CgroupError, find_memory_cgroup, read_limits, read_meminfo, read_rss_bytes
-from cuzk.memory.plan import BudgetPlanError, plan_budget
+from cuzk.memory.plan import OVER_LIMIT_SOURCE, BudgetPlanError, plan_budget
 from cuzk.memory.probe import ProbeResult
 from cuzk.memory.units import GiB, MiB
 
@@ -258,3 +258,16 @@ def test_configured_budget_and_margin(tmp_path):
         plan_budget(limits, margin_bytes=8 * GiB)
     with pytest.raises(BudgetPlanError, match="positive"):
         plan_budget(limits, configured_bytes=0)
+
+
+def test_a_configured_budget_over_the_limit_is_trusted_only_when_asked_and_loudly(tmp_path):
+    limits = read_limits(v2_tree(tmp_path))  # an 8 GiB cgroup limit
+    trusted = plan_budget(limits, configured_bytes=64 * GiB, trust_configured=True)
+    assert trusted.ceiling_bytes == 64 * GiB and trusted.ceiling_source == OVER_LIMIT_SOURCE
+    assert trusted.total_bytes == 64 * GiB - trusted.margin_bytes
+    assert any(n.startswith("WARNING") and "--budget-over-limit" in n and "8.00 GiB" in n for n in trusted.notes)
+    # Under the limit there is nothing to trust over: the configured figure is the ceiling as always, no warning.
+    below = plan_budget(limits, configured_bytes=4 * GiB, trust_configured=True)
+    assert below.ceiling_source == "configured" and not any(n.startswith("WARNING") for n in below.notes)
+    with pytest.raises(BudgetPlanError, match="needs a configured budget"):
+        plan_budget(limits, trust_configured=True)

@@ -114,3 +114,16 @@ def test_client_target_precedence(tmp_path):
 def test_unix_addresses_normalise_to_absolute_paths(prefix, parts):
     path = "/" + "/".join(parts) + ".sock"
     assert normalize_address(prefix + path) == "unix:" + path
+
+
+def test_budget_over_limit_from_file_environment_and_flag_needs_a_budget(tmp_path):
+    toml = write(tmp_path / "cuzk.toml", 'budget = "4GiB"\nbudget_over_limit = true\n')
+    assert load_config(toml, env={}).budget_over_limit is True
+    assert load_config(overrides={"budget": "4GiB", "budget_over_limit": True}, env={}).budget_over_limit is True
+    cfg = load_config(env={"CUZK_BUDGET": "4GiB", "CUZK_BUDGET_OVER_LIMIT": "yes"})
+    assert cfg.budget_over_limit is True and DaemonConfig.from_json(cfg.to_json()) == cfg
+    assert load_config(env={}).budget_over_limit is False
+    with pytest.raises(ConfigError, match="needs a budget"):
+        load_config(env={"CUZK_BUDGET_OVER_LIMIT": "1"})
+    with pytest.raises(ConfigError, match="budget_over_limit: expected true or false"):
+        load_config(env={"CUZK_BUDGET": "4GiB", "CUZK_BUDGET_OVER_LIMIT": "maybe"})

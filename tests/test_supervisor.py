@@ -270,3 +270,31 @@ def test_oom_with_a_budget_that_cannot_fit_stops_with_a_message(tmp_path, fake_e
     state = SupervisorState.load(data_dir)
     assert state.oom_kills == 1 and "below the minimum" in state.gave_up
     assert "memory limit is too small" in out
+
+
+def test_only_the_configured_budget_is_trusted_over_the_limit_and_a_learned_one_wins(tmp_path, fake_engine):
+    """--budget-over-limit: the first engine is told to trust its budget; after an OOM kill the learned one is passed plainly."""
+    from cuzk.memory.limits import read_limits
+
+    data_dir = tmp_path / "data"
+    over = read_limits().ceiling_bytes + 4096 * MiB
+    calls = []
+
+    def argv(budget, over_limit=False):
+        calls.append((budget, over_limit))
+        return [sys.executable, str(fake_engine), str(data_dir), "exit", str(budget), "1"]
+
+    with pytest.raises(ValueError, match="needs a configured budget"):
+        Supervisor(argv, data_dir, None, fast_policy(), budget_over_limit=True)
+    sup = Supervisor(argv, data_dir, over, fast_policy(max_fruitless_restarts=1), budget_over_limit=True)
+    assert sup.trusts_over_limit(over) and not sup.trusts_over_limit(over - 1)
+    death = sup._run_once(sup.starting_budget())
+    assert calls[-1] == (over, True) and death.planned_ceiling == over  # planned as the engine did: over the limit
+    sup.state.learned_budget, sup.state.learned_under_limit = sup.lowered_budget(death), death.limit  # as after an OOM kill
+    assert sup.state.learned_budget < read_limits().ceiling_bytes
+    assert sup.starting_budget() == sup.state.learned_budget and not sup.trusts_over_limit(sup.state.learned_budget)
+    sup._run_once(sup.starting_budget())
+    assert calls[-1] == (sup.state.learned_budget, False)
+    plain = Supervisor(argv, data_dir, over, fast_policy())
+    death = plain._run_once(over)
+    assert calls[-1] == (over, False) and death.planned_ceiling == read_limits().ceiling_bytes

@@ -129,6 +129,16 @@ def _result(msg: pb.ProofResult) -> ProofResult:
                        timings=dict(msg.timings))
 
 
+def _read_pem(path: str | os.PathLike) -> bytes:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read the TLS CA file {path}: {exc.strerror}") from exc
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ValueError(f"TLS CA file {path} holds no PEM certificate")
+    return data
+
+
 class Client:
     """One connection to a daemon at ``address`` (``unix:PATH``, a socket path, or ``HOST:PORT`` with a token).
 
@@ -136,13 +146,20 @@ class Client:
     (the supervisor restarting the engine takes seconds, not minutes).
     """
 
-    def __init__(self, address: str, token: str | None = None, *, restart_grace: float = 60.0):
+    def __init__(self, address: str, token: str | None = None, *, restart_grace: float = 60.0,
+                 tls_ca: str | os.PathLike | bytes | bool | None = None):
+        """``tls_ca``: connect over TLS (to a daemon with ``tls_cert``), trusting this PEM file (or PEM bytes) of CA
+        certificates, or the system's roots when True. Unix sockets are always plain."""
         self.address = normalize_address(address)
         self.restart_grace = restart_grace
         # The token is sent as call metadata on every call (the daemon checks it on TCP listeners).
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
-        self._channel = grpc.insecure_channel(self.address, options=[
-            ("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)])
+        options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)]
+        if tls_ca and not self.address.startswith("unix:"):
+            roots = None if tls_ca is True else tls_ca if isinstance(tls_ca, bytes) else _read_pem(tls_ca)
+            self._channel = grpc.secure_channel(self.address, grpc.ssl_channel_credentials(root_certificates=roots), options=options)
+        else:
+            self._channel = grpc.insecure_channel(self.address, options=options)
         self._stub = pb_grpc.CuzkStub(self._channel)
 
     def close(self) -> None:

@@ -9,8 +9,11 @@ exists) looks like::
     data_dir = "/var/lib/cuzk"
     listen = ["unix:/var/lib/cuzk/cuzk.sock", "0.0.0.0:7750"]  # TCP needs a token
     token_file = "/etc/cuzk/token"                              # or: token = "..."
+    tls_cert = "/etc/cuzk/server.pem"                           # TLS on the TCP listeners (PEM chain + key);
+    tls_key = "/etc/cuzk/server.key"                            #   clients then pass --tls-ca (or $CUZK_TLS_CA)
     http = "127.0.0.1:9750"                                     # /metrics and /status; "" turns it off
     budget = "24GiB"                                            # absent: derived from the real limit
+    budget_over_limit = false                                   # true: trust budget over a lower detected limit (warns)
     max_request = "256MiB"
 
     [keys]                                                      # names clients may use
@@ -51,8 +54,11 @@ class DaemonConfig:
     data_dir: Path = field(default_factory=lambda: default_data_dir())
     listen: list[str] = field(default_factory=list)  # empty: unix:<data_dir>/cuzk.sock
     token: str | None = None
+    tls_cert: str | None = None  # PEM certificate chain for the TCP listeners (with tls_key); unix sockets stay plain
+    tls_key: str | None = None
     http: str | None = DEFAULT_HTTP
     budget: int | None = None
+    budget_over_limit: bool = False  # trust ``budget`` over a lower detected limit until an OOM kill teaches otherwise
     max_request: int = 256 << 20
     keys: dict[str, str] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
@@ -78,6 +84,17 @@ class DaemonConfig:
             raise ConfigError(f"listening on TCP ({', '.join(self.tcp_addresses())}) needs a bearer token: set token or token_file")
         if self.token is not None and (len(self.token) < 16 or any(c.isspace() for c in self.token)):
             raise ConfigError("token must be at least 16 characters without whitespace")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("TLS needs both tls_cert (PEM certificate chain) and tls_key (PEM private key)")
+        if self.tls_cert is not None:
+            if not self.tcp_addresses():
+                raise ConfigError("tls_cert/tls_key secure TCP listeners, and none is configured (unix sockets stay plain)")
+            for name in ("tls_cert", "tls_key"):
+                path = Path(getattr(self, name))
+                if not path.is_file():
+                    raise ConfigError(f"{name} {str(path)!r} is not a readable file")
+        if self.budget_over_limit and self.budget is None:
+            raise ConfigError("budget_over_limit needs a budget to trust (set budget, e.g. --budget 4GiB)")
         if self.max_request < 1024:
             raise ConfigError(f"max_request {self.max_request} bytes is too small to carry any witness")
         for name, path in self.keys.items():
@@ -132,7 +149,8 @@ def _read_token_file(path: str, source: str) -> str:
         raise ConfigError(f"{source}: cannot read token_file {path!r}: {exc.strerror}") from exc
 
 
-_SIMPLE = {"data_dir", "listen", "token", "token_file", "http", "budget", "max_request", "log_level"}
+_SIMPLE = {"data_dir", "listen", "token", "token_file", "tls_cert", "tls_key", "http", "budget", "budget_over_limit",
+           "max_request", "log_level"}
 _TABLES = {"keys", "engine", "supervisor"}
 
 
@@ -160,6 +178,10 @@ def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
             elif key in ("budget", "max_request"):
                 size = None if value in (None, "", "auto") and key == "budget" else parse_size(value)
                 setattr(cfg, key, size)
+            elif key in ("tls_cert", "tls_key"):
+                setattr(cfg, key, str(Path(str(value)).expanduser().absolute()) if str(value).strip() else None)
+            elif key == "budget_over_limit":
+                cfg.budget_over_limit = _parse_bool(value)
             elif key == "log_level":
                 cfg.log_level = str(value).lower()
             elif key == "keys":
@@ -176,6 +198,17 @@ def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
             if str(exc).startswith(source):
                 raise
             raise ConfigError(f"{where}: {exc}") from exc
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
 
 
 def _env_values(env: dict[str, str]) -> dict[str, Any]:

@@ -37,8 +37,12 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     d = p.add_argument_group("daemon")
     d.add_argument("--addr", metavar="ADDR", help="attach to a running daemon (unix:PATH or HOST:PORT) instead of starting one")
     d.add_argument("--token", help="bearer token for a TCP --addr (default: $CUZK_TOKEN)")
+    d.add_argument("--tls-ca", metavar="PEM", help="TLS to a TCP --addr, trusting these CA certificates (default: $CUZK_TLS_CA)")
     d.add_argument("--data-dir", help="data directory of the daemon the bench starts (default: a fresh OUT/daemon)")
     d.add_argument("--budget", metavar="SIZE", help="memory ceiling for the daemon the bench starts, e.g. 8GiB")
+    d.add_argument("--budget-over-limit", action="store_true",
+                   help="trust --budget even above the detected limit (the daemon warns loudly; an OOM kill then teaches "
+                        "the supervisor a budget under the real limit): how to force an OOM recovery on purpose")
     d.add_argument("--memory-limit", metavar="SIZE",
                    help="run the daemon in a child memory cgroup with this hard limit (needs a writable cgroup)")
     d.add_argument("--engine", action="append", type=_engine_option, metavar="KEY=VALUE",
@@ -71,8 +75,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     options = BenchOptions(
         circuits=circuits_from_args(args.zkey, args.wtns, args.circuit), out_dir=Path(args.out), jobs=args.jobs,
         concurrency=args.concurrency, priorities=priorities, warmup=args.warmup, addr=args.addr,
-        token=args.token or os.environ.get("CUZK_TOKEN"), data_dir=Path(args.data_dir) if args.data_dir else None,
-        budget=args.budget, engine=dict(args.engine or []),
+        token=args.token or os.environ.get("CUZK_TOKEN"), tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
+        budget=args.budget, budget_over_limit=args.budget_over_limit, engine=dict(args.engine or []),
         memory_limit=parse_size(args.memory_limit) if args.memory_limit else None, max_oom_retries=args.max_oom_retries,
         sample_interval=args.sample_interval, timeout=args.timeout, plot=not args.no_plot)
     run = BenchRun(options)

@@ -57,7 +57,7 @@ class StartedDaemon:
     attached = False
 
     def __init__(self, data_dir: Path, circuits: list[BenchCircuit], log_path: Path, *, budget: str | None = None,
-                 engine: dict[str, Any] | None = None, memory_limit: int | None = None):
+                 budget_over_limit: bool = False, engine: dict[str, Any] | None = None, memory_limit: int | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.log_path = log_path
         socket = self.data_dir / "cuzk.sock"
@@ -74,6 +74,8 @@ class StartedDaemon:
                      "--listen", self.address, "--http", "", "--log-level", "info"]
         if budget:
             self.argv += ["--budget", budget]
+        if budget_over_limit:
+            self.argv += ["--budget-over-limit"]
         self.cgroup = None
         if memory_limit is not None:
             from ..memory.cgroup import ChildCgroup

@@ -53,8 +53,10 @@ class BenchOptions:
     warmup: int = 1  # per circuit
     addr: str | None = None
     token: str | None = None
+    tls_ca: str | None = None  # PEM CA file for a TLS --addr
     data_dir: Path | None = None
     budget: str | None = None
+    budget_over_limit: bool = False
     engine: dict[str, Any] = field(default_factory=dict)
     memory_limit: int | None = None
     max_oom_retries: int = 3
@@ -67,9 +69,11 @@ class BenchOptions:
             raise ValueError(f"--concurrency must be at least 1, got {self.concurrency}")
         if self.max_oom_retries < 0:
             raise ValueError(f"--max-oom-retries must not be negative, got {self.max_oom_retries}")
-        if self.addr and (self.budget or self.engine or self.memory_limit or self.data_dir):
-            raise ValueError("--budget, --engine, --memory-limit and --data-dir configure a daemon the bench starts; "
-                             "they do not apply with --addr")
+        if self.addr and (self.budget or self.budget_over_limit or self.engine or self.memory_limit or self.data_dir):
+            raise ValueError("--budget, --budget-over-limit, --engine, --memory-limit and --data-dir configure a daemon the "
+                             "bench starts; they do not apply with --addr")
+        if self.budget_over_limit and not self.budget:
+            raise ValueError("--budget-over-limit needs --budget (the figure to trust over the detected limit)")
 
 
 @dataclass
@@ -128,12 +132,12 @@ class BenchRun:
             data_dir = Path(opts.data_dir) if opts.data_dir else fresh_data_dir(opts.out_dir / "daemon")
             data_dir.mkdir(parents=True, exist_ok=True)
             daemon = StartedDaemon(data_dir, opts.circuits, opts.out_dir / "daemon.log", budget=opts.budget,
-                                   engine=opts.engine, memory_limit=opts.memory_limit)
+                                   budget_over_limit=opts.budget_over_limit, engine=opts.engine, memory_limit=opts.memory_limit)
         self.daemon = daemon
         try:
             if isinstance(daemon, StartedDaemon):
                 daemon.start()
-            client = Client(daemon.address, opts.token, restart_grace=RETRY_SLICE_S)
+            client = Client(daemon.address, opts.token, restart_grace=RETRY_SLICE_S, tls_ca=opts.tls_ca)
             try:
                 if daemon.attached:
                     self._use_registered_keys(client.status())  # also: a clear error now rather than jobs that never start

@@ -21,7 +21,10 @@ The API, all thread-safe:
 - ``await_result(job_id, timeout=None) -> JobRecord`` — the finished record (DONE with
   ``proof``/``public_signals``, FAILED with ``error``, or CANCELLED). ``AwaitTimeout`` when
   not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
-  replayed by the next engine on this data directory), ``UnknownJobError``.
+  replayed by the next engine on this data directory), ``UnknownJobError``. A DONE record's
+  ``timings`` (seconds) are its phases: ``queue`` (submitted → admitted with its key and
+  working set, less the key's part), ``key_load`` (waiting for room for the key and loading
+  it; ~0 when resident), ``check``/``synthesize``, ``ntt``/``msm``/``blind``, ``verify``.
 - ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
 - ``cancel(job_id) -> bool`` — works at every stage. A queued job, or a synthesized one
   waiting for a prover, is CANCELLED when this returns; one that a worker holds (waiting
@@ -86,6 +89,7 @@ from ..keys.device import can_hold_keys
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
 from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
+from ..memory.runtime import RuntimeReservation
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
@@ -119,6 +123,7 @@ class ProofRejected(ProvingError):
 class EngineConfig:
     data_dir: Path
     budget_bytes: int | None = None  # None: derived from the real limit (cgroup, MemTotal) by memory.plan
+    budget_over_limit: bool = False  # trust budget_bytes over a lower detected limit (memory.plan, loud warning)
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
     devices: str | list[int] = "all"  # CUDA ordinals with a proving worker each (as CuPy numbers them)
     synth_workers: int = 1
@@ -192,6 +197,8 @@ class _Job:
         self.priority = record.priority
         self.seq = record.seq
         self.state = record.state
+        self.submitted_at = record.submitted_at  # wall clock, as journaled: a replayed job's queue time includes the restart
+        self.phase_timings: dict[str, float] = {}  # queue and key_load, measured at admission
         self.cancel_requested = threading.Event()
         self.interrupted = False  # the engine is stopping: leave the job unfinished for replay
         self.done = threading.Event()
@@ -221,8 +228,11 @@ class Engine:
         self._dir_lock.acquire()
         try:
             self._owns_reconciler = False
+            self.runtime: RuntimeReservation | None = None
             if budget is None:
                 budget, reconciler = self._plan_budget()
+                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size).
+                self.runtime = RuntimeReservation(budget)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
@@ -264,7 +274,9 @@ class Engine:
         from ..memory.commands import check_memory
         from ..memory.reconcile import Reconciler
 
-        _, plan, _, _ = check_memory(self.config.budget_bytes)
+        _, plan, _, _ = check_memory(self.config.budget_bytes, trust_configured=self.config.budget_over_limit)
+        for note in plan.notes:
+            (log.warning if note.startswith("WARNING") else log.info)("memory plan: %s", note)
         budget = MemoryBudget(plan.total_bytes)
         reconciler = None
         if self.config.reconcile:
@@ -374,6 +386,8 @@ class Engine:
         self.keys.close()
         if self._pinned is not None:
             self._pinned.close()
+        if self.runtime is not None:
+            self.runtime.close()
         if self._owns_reconciler and self.reconciler is not None:
             self.reconciler.stop()
         with self._jobs_lock:
@@ -531,14 +545,16 @@ class Engine:
     def _admit_and_synthesize(self, job: _Job, worker: str) -> bool:
         with self._admission:
             self._checkpoint(job)
-            job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            # Refused from the header before anything loads: waiting or evicting could never make this room.
             job.workset = self.working_set(job.circuit)
-            key_bytes = footprint(job.lease.header, job.lease.tier)
-            if key_bytes + job.workset.total_bytes > self.budget.total_bytes:
-                raise JobTooLarge(
-                    f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
-                    f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}")
+            self._check_fits(job, self.keys.footprint(job.circuit))
+            t_key = time.perf_counter()
+            job.lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
+            key_load = time.perf_counter() - t_key  # waiting for room for the key and loading it; ~0 when resident
+            self._check_fits(job, footprint(job.lease.header, job.lease.tier))  # the key may be at another tier already
             job.reservation = self._reserve(job)
+            # Submitted → admitted (a worker, the key and the working set), less the key's part.
+            job.phase_timings = {"queue": max(0.0, time.time() - job.submitted_at - key_load), "key_load": key_load}
             self._begin_measure(job)
         job.worker = worker
         self.journal.mark_started(job.id)
@@ -552,6 +568,15 @@ class Engine:
         self._checkpoint(job)
         self._ready.push(job.id, job.priority, job.seq, job)
         return True
+
+    def _check_fits(self, job: _Job, key_bytes: int) -> None:
+        runtime = self.runtime.nbytes if self.runtime is not None else 0  # the process itself: never given back
+        if key_bytes + job.workset.total_bytes > self.budget.total_bytes - runtime:
+            beside = f" beside the engine's own {format_size(runtime)}" if runtime else ""
+            raise JobTooLarge(
+                f"circuit {job.circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(job.workset.total_bytes)} "
+                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}; it can "
+                "never run here (raise the memory limit or the budget)")
 
     def _reserve(self, job: _Job) -> Reservation:
         nbytes = job.workset.total_bytes
@@ -621,7 +646,7 @@ class Engine:
         with self.keys.on_device(job.lease, backend) as device_key:  # bases resident in this device's VRAM when they fit
             proof = prove_synthesized(backend, device_key.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
         del synthesis
-        timings = dict(proof.timings)
+        timings = {**job.phase_timings, **proof.timings}
         if self.config.verify:
             t = time.perf_counter()
             ok = self._verify(job.lease, proof)
@@ -745,6 +770,8 @@ class Engine:
         while not self._stop_event.wait(self.config.housekeeping_interval_s):
             try:
                 self.keys.maintain()
+                if self.runtime is not None and self._idle():
+                    self.runtime.update()
                 now = time.monotonic()
                 if now - last_prune >= 60:
                     self.journal.prune()
@@ -754,6 +781,14 @@ class Engine:
                     last_heartbeat = now
             except Exception:
                 log.exception("engine housekeeping failed; continuing")
+
+    def _idle(self) -> bool:
+        """No job holds memory and nobody waits for it: the process's RSS is its runtime plus its keys."""
+        with self._measure_lock:
+            if self._active:
+                return False
+        snap = self.budget.snapshot()
+        return snap["waiters"] == 0 and snap["by_category"]["working"]["bytes"] == 0 and not any(k["loading"] for k in self.keys.status())
 
     def _heartbeat(self) -> None:
         from .supervisor import write_engine_state
@@ -782,6 +817,7 @@ class Engine:
             "running": self._started and not self._stopping,
             "budget": self.budget.snapshot(),
             "reconciler": reconciler,
+            "runtime": self.runtime.to_dict() if self.runtime is not None else None,
             "keys": self.keys.status(),
             "devices": self.keys.device_status(),
             "jobs": {

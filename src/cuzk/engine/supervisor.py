@@ -21,6 +21,12 @@ kernel's charged usage has really fallen, restarts with exponential backoff, and
 the learned ceiling in ``<data_dir>/supervisor.json`` together with the limit it was
 learned under (a different limit later makes it moot).
 
+``budget_over_limit`` (``cuzk daemon --budget-over-limit``): the engine is told to trust the
+configured budget over the detected limit, and the supervisor plans the same way (the
+overshoot of an OOM kill is then the configured ceiling minus the real limit). Only the
+configured budget is trusted so: once a budget is learned it is passed plainly, so the
+learned budget wins, under the real limit, from the first restart on.
+
 The engine reports through ``<data_dir>/run/engine-state.json`` (``write_engine_state``):
 its budget, what is reserved and charged, and how many jobs it finished. A run that
 finished a job or stayed up ``healthy_after_s`` made progress; ``max_fruitless_restarts``
@@ -189,9 +195,14 @@ def _set_oom_score_adj(pid: int | str, value: int) -> None:
 class Supervisor:
     """Start the engine with ``engine_argv(budget)``; restart it as the policy says until ``stop()``."""
 
-    def __init__(self, engine_argv: Callable[[int | None], list[str]], data_dir: Path, configured_budget: int | None,
-                 policy: SupervisorPolicy | None = None, env: dict[str, str] | None = None):
+    def __init__(self, engine_argv: Callable[..., list[str]], data_dir: Path, configured_budget: int | None,
+                 policy: SupervisorPolicy | None = None, env: dict[str, str] | None = None, budget_over_limit: bool = False):
+        """``engine_argv(budget)`` is the engine's command line; with ``budget_over_limit`` it is also called as
+        ``engine_argv(budget, over_limit=True)`` for a run that trusts the configured budget over the detected limit."""
+        if budget_over_limit and configured_budget is None:
+            raise ValueError("budget_over_limit needs a configured budget to trust")
         self.engine_argv = engine_argv
+        self.budget_over_limit = budget_over_limit
         self.data_dir = Path(data_dir)
         self.configured_budget = configured_budget
         self.policy = policy or SupervisorPolicy()
@@ -217,6 +228,10 @@ class Supervisor:
         if self.configured_budget is None:
             return learned
         return min(self.configured_budget, learned)
+
+    def trusts_over_limit(self, budget: int | None) -> bool:
+        """Whether this run trusts ``budget`` over the detected limit: only the configured one, before anything was learned."""
+        return self.budget_over_limit and budget is not None and budget == self.configured_budget and self.state.learned_budget is None
 
     def lowered_budget(self, death: Death) -> int:
         """The ceiling after an OOM kill: the planned one minus the overshoot measured, minus a safety step."""
@@ -313,9 +328,15 @@ class Supervisor:
         engine_state_path.unlink(missing_ok=True)
         oom_before = self.oom.read()
         ceiling = read_limits().ceiling_bytes
-        planned_ceiling = ceiling if budget is None else min(budget, ceiling)
+        over_limit = self.trusts_over_limit(budget)
+        planned_ceiling = ceiling if budget is None else budget if over_limit else min(budget, ceiling)
+        if over_limit and budget > ceiling:
+            log.warning("trusting the configured budget %s over the detected limit %s (--budget-over-limit): the engine "
+                        "may be OOM-killed; the supervisor will then learn a budget under the real limit",
+                        format_size(budget), format_size(ceiling))
+        argv = self.engine_argv(budget, over_limit=True) if over_limit else self.engine_argv(budget)
         started = time.monotonic()
-        self._proc = proc = subprocess.Popen(self.engine_argv(budget), env=self.env, start_new_session=True)
+        self._proc = proc = subprocess.Popen(argv, env=self.env, start_new_session=True)
         _set_oom_score_adj(proc.pid, ENGINE_OOM_SCORE_ADJ)
         self.state.engine_pid = proc.pid
         self.state.current_budget = budget

@@ -116,30 +116,51 @@ def return_free_heap() -> None:
         _MALLOC_TRIM(0)
 
 
-def _read_status_kib(field: str) -> int | None:
+def _read_status_kib(*names: str) -> dict[str, int] | None:
+    """Fields of /proc/self/status in bytes (one read, so they describe the same moment); None if any is missing."""
+    out: dict[str, int] = {}
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
+                name, _, rest = line.partition(":")
+                if name in names:
+                    out[name] = int(rest.split()[0]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
+    return out if len(out) == len(names) else None
+
+
+def _file_backed(fields: dict[str, int]) -> int:
+    return fields["RssFile"] + fields["RssShmem"]
 
 
 class PeakProbe:
-    """The process's peak RSS over an interval, through the kernel's high-water mark.
+    """The peak of the process's *anonymous* memory over an interval, from the kernel's high-water mark.
 
-    ``begin()`` resets VmHWM (writing 5 to /proc/self/clear_refs) and notes the current RSS;
-    ``end()`` returns how far the high-water mark rose above it. It is process-wide, so the
-    engine only trusts it for a job that ran with no other job or key load beside it. It is
-    a *lower* bound of what the job used (memory malloc kept from earlier and reused does not
-    raise RSS), which is why a measurement only ever raises an estimate, never lowers it.
-    Unavailable (``available`` False) where clear_refs cannot be written.
+    Why not VmHWM alone: it counts file-backed pages too, and a job first touches some of
+    those (numba's cached machine code, shared libraries) — not memory the job allocated,
+    and not memory the budget's working set is for. Why not sample RssAnon from a thread:
+    the CPU backend's numba kernels hold the GIL, so a sampler would not run during the very
+    kernels whose scratch is the peak.
+
+    So: ``begin()`` resets VmHWM (writing 5 to /proc/self/clear_refs) and notes RssAnon;
+    ``end()`` returns ``VmHWM − (RssFile + RssShmem now) − RssAnon at the start``. At the
+    moment of the peak, VmHWM = anon + file-backed; file-backed RSS only grows while a job
+    runs (pages are touched, not dropped), so subtracting its value at the end subtracts at
+    least what it was at the peak: the result is at most the anonymous growth at the peak — a
+    *lower* bound, as the engine needs (a measurement only ever raises an estimate). Only if
+    the kernel reclaimed file pages during the job can it exceed that, by what was reclaimed,
+    which errs toward a larger reservation. Memory malloc kept from earlier and reused does
+    not raise RSS either (another reason it is a lower bound). It is process-wide, so the
+    engine only trusts it for a job that ran with no other job or key load beside it.
+    Unavailable (``available`` False) where clear_refs cannot be written or the kernel lacks
+    the RssAnon/RssFile/RssShmem fields (before 4.5).
     """
 
+    FIELDS = ("VmHWM", "RssAnon", "RssFile", "RssShmem")
+
     def __init__(self) -> None:
-        self.available = self._reset() and _read_status_kib("VmHWM") is not None
+        self.available = self._reset() and _read_status_kib(*self.FIELDS) is not None
 
     @staticmethod
     def _reset() -> bool:
@@ -151,12 +172,17 @@ class PeakProbe:
             return False
 
     def begin(self) -> int | None:
+        """Reset the high-water mark; returns the baseline for ``end`` (anonymous RSS now), None if unavailable."""
         if not self.available or not self._reset():
             return None
-        return _read_status_kib("VmRSS")
+        fields = _read_status_kib(*self.FIELDS)
+        return None if fields is None else fields["RssAnon"]
 
     def end(self, baseline: int | None) -> int | None:
+        """Bytes the anonymous memory rose above ``baseline`` at its peak since ``begin`` (a lower bound)."""
         if baseline is None:
             return None
-        hwm = _read_status_kib("VmHWM")
-        return None if hwm is None else max(0, hwm - baseline)
+        fields = _read_status_kib(*self.FIELDS)
+        if fields is None:
+            return None
+        return max(0, fields["VmHWM"] - _file_backed(fields) - baseline)

@@ -26,11 +26,20 @@ Tiers (``KeyTier``):
 
 Keys in use are reference-counted through ``KeyLease`` (``acquire`` … ``lease.release()``
 or a ``with`` block). An idle key (no lease) is evicted — least recently used first — when
-the budget needs room for someone else *and* it has been idle for at least
-``idle_evict_s`` (so two circuits alternating on a budget that holds one key wait briefly
-instead of thrashing); ``evict`` drops one on request. The manager registers itself as a
-budget evictor; call ``maintain()`` periodically (the engine does) so a waiter gets the
-room as soon as a key's idle time runs out.
+the budget needs room for someone else, under one of two rules (``evict_idle``):
+
+- **at once** when waiting cannot make the room: the bytes still needed exceed what jobs in
+  flight will give back (the budget's ``working`` and ``transient`` reservations). Nothing
+  else would ever free them, so keeping the idle key would only stall the waiter (after an
+  OOM restart under a tight learned budget this turned 1.3 proofs/s into 0.25, and an
+  ``idle_evict_s`` of an hour into a stall of an hour);
+- **after ``idle_evict_s``** of idleness otherwise: the waiter gets its room when a job in
+  flight ends, so two circuits alternating on a budget that holds both keys but not two
+  working sets wait briefly for each other instead of evicting and reloading each key.
+
+``evict`` drops one on request. The manager registers itself as a budget evictor, asks the
+budget to evict for its waiters whenever a key becomes idle, and ``maintain()`` (called
+periodically by the engine) hands keys over once their idle time runs out.
 
 The VRAM tier (``keys.device``): ``on_device(lease, backend)`` gives a job the key with its
 MSM bases resident on the backend's device — uploaded once per device, kept across proofs,
@@ -399,7 +408,7 @@ class KeyManager:
             entry.refcount -= 1
             entry.last_used = time.monotonic()
             idle = entry.refcount == 0
-        if idle and self.idle_evict_s == 0:
+        if idle:  # a waiter that nothing in flight can satisfy gets this key now (see evict_idle)
             self.budget.notify_idle()
 
     # ---- loading ------------------------------------------------------------------------
@@ -484,14 +493,24 @@ class KeyManager:
         self._drop_device_copies(name)
         return freed
 
+    def in_flight_release_bytes(self) -> int:
+        """Bytes that jobs in flight will give back by themselves: their working sets and load transients."""
+        by_category = self.budget.snapshot()["by_category"]
+        return by_category["working"]["bytes"] + by_category["transient"]["bytes"]
+
     def evict_idle(self, needed: int) -> int:
-        """The budget's evictor: idle keys, least recently used first, idle at least ``idle_evict_s``."""
+        """The budget's evictor: idle keys, least recently used first (the rule is in the module docstring).
+
+        Any idle key when ``needed`` exceeds what jobs in flight will release (waiting cannot
+        help), else only keys idle for at least ``idle_evict_s``.
+        """
+        min_idle = 0.0 if needed > self.in_flight_release_bytes() else self.idle_evict_s
         now = time.monotonic()
         freed = 0
         with self._lock:
             candidates = sorted(
                 (e for e in self._entries.values()
-                 if e.tier is not KeyTier.COLD and e.refcount == 0 and e.loading is None and now - e.last_used >= self.idle_evict_s),
+                 if e.tier is not KeyTier.COLD and e.refcount == 0 and e.loading is None and now - e.last_used >= min_idle),
                 key=lambda e: e.last_used,
             )
             victims = []

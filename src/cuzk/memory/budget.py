@@ -30,7 +30,7 @@ from .units import format_size
 
 log = logging.getLogger(__name__)
 
-CATEGORIES = ("key", "pinned", "working", "transient")
+CATEGORIES = ("key", "pinned", "working", "transient", "runtime")  # runtime: the engine process itself (memory.runtime)
 
 Evictor = Callable[[int], int]
 """Called with the bytes still needed; frees idle memory (releasing its reservations) and returns the bytes freed."""
@@ -221,6 +221,21 @@ class MemoryBudget:
             self._give_up(waiter)
             raise
         return self._take_grant(waiter, nbytes, category, label, timeout)
+
+    def try_grow(self, reservation: Reservation, nbytes: int) -> bool:
+        """Add ``nbytes`` to a live reservation if they fit now and nobody is queued; never waits, never evicts."""
+        self._check_request(nbytes, reservation.category)
+        with self._lock:
+            if reservation.budget is not self:
+                raise ValueError(f"cannot grow {reservation!r}: it belongs to another budget")
+            if self._queue or nbytes > self._effective - self._reserved:
+                return False
+            self._reserved += nbytes
+            self._peak_reserved = max(self._peak_reserved, self._reserved)
+            self._by_category[reservation.category] += nbytes
+            reservation._nbytes += nbytes
+            self._live[reservation.id] = reservation
+            return True
 
     # -- releasing, limits, evictors -----------------------------------------------------------
 

@@ -26,6 +26,7 @@ def add_memory_commands(subparsers) -> None:
     p = subparsers.add_parser("memcheck", help="show the real memory limit, current usage and the budget that follows")
     p.add_argument("--json", action="store_true", help="one JSON object instead of the table")
     p.add_argument("--budget", type=_size_arg, help="configured budget cap (e.g. 64GiB); the real limit still wins if lower")
+    p.add_argument("--budget-over-limit", action="store_true", help="trust --budget even above the real limit (as the daemon's flag)")
     p.add_argument("--margin", type=_size_arg, help="margin kept out of the budget (default: from memprobe, else 5 %% + 5 %%)")
     p.add_argument("--probe-file", type=Path, action="append", dest="probe_files",
                    help=f"memprobe result(s) to take the margin from (default: {default_probe_path()} and the pinned one beside it)")
@@ -54,17 +55,19 @@ def _load_probes(paths: list[Path] | None) -> tuple[list[ProbeResult], list[str]
 
 
 def check_memory(budget_bytes: int | None = None, margin_bytes: int | None = None,
-                 probe_files: list[Path] | None = None) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
+                 probe_files: list[Path] | None = None,
+                 trust_configured: bool = False) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
     """The limits, the plan they give, and one reconciler reading of how much of the budget is usable now."""
     limits = read_limits()
     probes, used = _load_probes(probe_files)
-    plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes)
+    plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes,
+                       trust_configured=trust_configured)
     reading = Reconciler(MemoryBudget(plan.total_bytes), plan).preview()
     return limits, plan, reading, used
 
 
 def _cmd_memcheck(args: argparse.Namespace) -> int:
-    limits, plan, reading, used = check_memory(args.budget, args.margin, args.probe_files)
+    limits, plan, reading, used = check_memory(args.budget, args.margin, args.probe_files, trust_configured=args.budget_over_limit)
     if args.json:
         print(json.dumps({"limits": limits.to_dict(), "plan": plan.to_dict(), "now": reading.to_dict(),
                           "probe_files": used}, indent=2))

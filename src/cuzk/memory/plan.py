@@ -10,6 +10,13 @@ the budget does not track (interpreter, libraries, page tables, driver bookkeepi
 reconciler keeps ``reserved + untracked + headroom <= ceiling`` by shrinking the effective
 budget once untracked memory outgrows the allowance.
 
+A configured budget above the real ceiling normally loses to it (a note says so). An
+operator who knows better than the kernel's figures (a limit raised after start, a test that
+wants the OOM killer to fire) passes ``trust_configured`` (``--budget-over-limit``): the
+configured figure becomes the ceiling and the plan carries a loud warning. The supervisor's
+budget learned from an OOM kill is never passed this way, so after the first kill the real
+limit is respected again.
+
 Where a memprobe result for this same cgroup and limit exists, the allowance is the overhead
 it measured, scaled from the bytes it allocated to the whole ceiling, and the headroom is the
 safety distance it kept (which it proved safe; never under 32 MiB). Otherwise both are defaults:
@@ -80,16 +87,29 @@ def _probe_applies(probe: ProbeResult, limits: MemoryLimits) -> str | None:
     return None
 
 
+OVER_LIMIT_SOURCE = "configured, over the detected limit"
+
+
 def plan_budget(limits: MemoryLimits, configured_bytes: int | None = None, margin_bytes: int | None = None,
-                probes: list[ProbeResult] = ()) -> BudgetPlan:
-    """The budget these limits allow. A configured margin is all headroom (kept free at all times)."""
+                probes: list[ProbeResult] = (), trust_configured: bool = False) -> BudgetPlan:
+    """The budget these limits allow. A configured margin is all headroom (kept free at all times).
+
+    ``trust_configured``: a configured budget above the real ceiling replaces it (see the module docstring).
+    """
     notes = list(limits.notes)
     ceiling, ceiling_source = limits.ceiling_bytes, limits.ceiling_source
+    if trust_configured and configured_bytes is None:
+        raise BudgetPlanError("trusting the configured budget over the detected limit needs a configured budget")
     if configured_bytes is not None:
         if configured_bytes <= 0:
             raise BudgetPlanError(f"configured memory budget must be positive, got {configured_bytes}")
         if configured_bytes < ceiling:
             ceiling, ceiling_source = configured_bytes, "configured"
+        elif trust_configured and configured_bytes > ceiling:
+            notes.append(f"WARNING: configured budget {format_size(configured_bytes)} is trusted over the real ceiling "
+                         f"{format_size(ceiling)} ({ceiling_source}) by --budget-over-limit: the kernel may OOM-kill the "
+                         "engine (the supervisor then learns a budget under the real limit)")
+            ceiling, ceiling_source = configured_bytes, OVER_LIMIT_SOURCE
         else:
             notes.append(f"configured budget {format_size(configured_bytes)} is above the real ceiling "
                          f"{format_size(ceiling)} ({ceiling_source}); the ceiling wins")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, overrides={
         "data_dir": args.data_dir, "listen": args.listen, "budget": args.budget, "http": args.http,
+        "budget_over_limit": True if args.budget_over_limit else None,
         "token_file": args.token_file, "log_level": args.log_level})
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -39,10 +41,12 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     atomic_write_json(config_path, json.loads(config.to_json()))
     config_path.chmod(0o600)  # it may hold the token
 
-    def engine_argv(budget: int | None) -> list[str]:
-        return [sys.executable, "-m", "cuzk.server", str(config_path), *(["--budget", str(budget)] if budget else [])]
+    def engine_argv(budget: int | None, over_limit: bool = False) -> list[str]:
+        return [sys.executable, "-m", "cuzk.server", str(config_path), *(["--budget", str(budget)] if budget else []),
+                *(["--budget-over-limit"] if over_limit else [])]
 
-    supervisor = Supervisor(engine_argv, config.data_dir, config.budget, config.supervisor)
+    supervisor = Supervisor(engine_argv, config.data_dir, config.budget, config.supervisor,
+                            budget_over_limit=config.budget_over_limit)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
     return supervisor.run()
@@ -55,13 +59,15 @@ def _client(args: argparse.Namespace):
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
-    return Client(address, args.token or token)
+    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None)
 
 
 def _add_client_options(p: argparse.ArgumentParser, daemon_required: bool = False) -> None:
     p.add_argument("--daemon", metavar="ADDR", required=daemon_required,
                    help="daemon address: unix:PATH, a socket path, or HOST:PORT (default: $CUZK_DAEMON, else the config)")
     p.add_argument("--token", help="bearer token for a TCP address (default: $CUZK_TOKEN, else the config)")
+    p.add_argument("--tls-ca", metavar="PEM", help="connect to a TCP address over TLS, trusting these CA certificates "
+                                                   "(the daemon's own certificate when self-signed; default: $CUZK_TLS_CA)")
     p.add_argument("--config", help="config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml)")
 
 
@@ -223,6 +229,9 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--listen", action="append", metavar="ADDR",
                    help="unix:PATH or HOST:PORT (TCP needs a token); repeatable (default: unix:<data-dir>/cuzk.sock)")
     p.add_argument("--budget", help="memory ceiling, e.g. 24GiB (default: the real limit: cgroup or MemTotal)")
+    p.add_argument("--budget-over-limit", action="store_true",
+                   help="trust --budget even above the detected limit (cgroup or MemTotal), with a loud warning; the kernel "
+                        "may then OOM-kill the engine, after which the supervisor's learned budget (under the real limit) wins")
     p.add_argument("--http", help="HOST:PORT for /metrics and /status ('' turns it off; default 127.0.0.1:9750)")
     p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
@@ -281,6 +290,7 @@ def add_daemon_prove_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--daemon", metavar="ADDR", help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
     p.add_argument("--token", help="bearer token for a TCP daemon (default: $CUZK_TOKEN, else the config)")
     p.add_argument("--config", help="config file to find the token in")
+    p.add_argument("--tls-ca", metavar="PEM", help="with a TCP --daemon: TLS, trusting these CA certificates (default: $CUZK_TLS_CA)")
     p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower,
                    help="with --daemon: the job's priority")
     p.add_argument("--timeout", type=float, help="with --daemon: seconds to wait for the proof")

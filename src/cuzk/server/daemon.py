@@ -3,7 +3,8 @@
 ``cuzk daemon`` runs this under the supervisor (``python -m cuzk.server CONFIG.json
 [--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
 socket (mode 0600, no token: the file's permissions are the access control) and, when
-configured, TCP addresses that demand the bearer token. Once everything listens,
+configured, TCP addresses that demand the bearer token — over TLS when ``tls_cert`` and
+``tls_key`` are configured (recommended: otherwise the token crosses the network in clear). Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
 """
@@ -45,7 +46,10 @@ class StartupError(RuntimeError):
 
 
 class Daemon:
-    def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False):
+    def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False,
+                 budget_over_limit: bool = False):
+        """``budget``: the supervisor's ceiling (configured or learned), else the config's; ``budget_over_limit``
+        trusts the supervisor's ``budget`` over the detected limit (it says so only for an unlearned configured one)."""
         from ..engine.pipeline import Engine, EngineConfig
 
         self.config = config
@@ -54,6 +58,7 @@ class Daemon:
         values["keys"] = {**config.engine.get("keys", {}), **config.keys}
         if budget is not None or config.budget is not None:
             values["budget_bytes"] = budget if budget is not None else config.budget
+            values["budget_over_limit"] = budget_over_limit if budget is not None else config.budget_over_limit
         try:
             engine_config = EngineConfig.from_mapping(config.data_dir, values)
         except (TypeError, ValueError) as exc:
@@ -110,6 +115,10 @@ class Daemon:
         groups = [(unix, [])] if unix else []
         if tcp:
             groups.append((tcp, [BearerTokenInterceptor(self.config.token)]))
+        credentials = self._tls_credentials() if tcp else None
+        if tcp and credentials is None:
+            log.warning("TCP listener(s) %s without TLS: the bearer token travels in clear (set tls_cert and tls_key)",
+                        ", ".join(tcp))
         for addresses, interceptors in groups:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
@@ -119,7 +128,10 @@ class Daemon:
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
                 old_umask = os.umask(0o077)  # the socket file is created 0600
                 try:
-                    port = server.add_insecure_port(address)
+                    if address.startswith("unix:") or credentials is None:
+                        port = server.add_insecure_port(address)
+                    else:
+                        port = server.add_secure_port(address, credentials)
                 except RuntimeError as exc:
                     raise StartupError(f"cannot listen on {address}: {exc}") from exc
                 finally:
@@ -133,6 +145,15 @@ class Daemon:
                 self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
+
+    def _tls_credentials(self) -> grpc.ServerCredentials | None:
+        if self.config.tls_cert is None:
+            return None
+        try:
+            chain, key = Path(self.config.tls_cert).read_bytes(), Path(self.config.tls_key).read_bytes()
+        except OSError as exc:
+            raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
+        return grpc.ssl_server_credentials([(key, chain)])
 
     def stop(self) -> None:
         """Stop taking calls, stop the engine (work in flight stays journaled for the next one)."""
@@ -149,13 +170,13 @@ class Daemon:
             self._http.stop()
 
 
-def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False) -> int:
+def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False, budget_over_limit: bool = False) -> int:
     """Run a daemon in this process until SIGTERM/SIGINT; the exit status tells the supervisor what happened."""
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        daemon = Daemon(config, budget, heartbeat=heartbeat).start()
+        daemon = Daemon(config, budget, heartbeat=heartbeat, budget_over_limit=budget_over_limit).start()
     except (StartupError, ConfigError, ValueError, OSError, RuntimeError) as exc:
         # Bad config, a key that cannot be read, an address in use, a data directory another daemon holds.
         log.error("cuzk daemon cannot start: %s", exc)
@@ -172,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cuzk.server", description="the cuzk engine process (started by `cuzk daemon`)")
     parser.add_argument("config_json", help="the resolved daemon configuration, as written by `cuzk daemon`")
     parser.add_argument("--budget", type=int, help="memory ceiling in bytes (the supervisor's learned budget)")
+    parser.add_argument("--budget-over-limit", action="store_true", help="trust --budget over the detected limit")
     args = parser.parse_args(argv)
     config = DaemonConfig.from_json(Path(args.config_json).read_text())
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    return serve(config, args.budget, heartbeat=True)
+    return serve(config, args.budget, heartbeat=True, budget_over_limit=args.budget_over_limit)
