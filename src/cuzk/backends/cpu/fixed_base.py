@@ -258,7 +258,8 @@ def _fixed_base_mul(table, w, scalars, out, fc):
         _fixed_base_range(table, w, scalars, out, c * chunk, min(n, (c + 1) * chunk), FieldConsts(p, pinv, one, r2, pm2))
 
 
-def _check_scalars(curve: Curve, scalars: np.ndarray) -> np.ndarray:
+def check_scalars(curve: Curve, scalars: np.ndarray) -> np.ndarray:
+    """``scalars`` as a C-contiguous (n, Lr) uint32 array of standard-form values below r, or ValueError."""
     L = curve.Fr.limbs32
     if scalars.dtype != np.uint32 or scalars.ndim != 2 or scalars.shape[1] != L:
         raise ValueError(f"scalars must be an (n, {L}) uint32 array, got {scalars.dtype} {scalars.shape}")
@@ -296,7 +297,10 @@ class FixedBaseTable:
 
     ``group`` is 1 (G1) or 2 (G2); ``n_scalars`` is how many scalars the table will serve
     in all (it sets the window width: a 2^20-point setup uses w = 16, a test w ≈ 6).
+    The CUDA fixed base (backends/cuda/fixed_base.py) runs on this same table.
     """
+
+    chunk_points = 1 << 16  # scalars a caller should hand to one mul() (a setup streams its sections in such pieces)
 
     def __init__(self, curve: Curve, group: int, base: Point, n_scalars: int):
         if group not in (1, 2):
@@ -320,9 +324,14 @@ class FixedBaseTable:
     def nbytes(self) -> int:
         return self._table.nbytes
 
+    @property
+    def points(self) -> np.ndarray:
+        """The table as affine rows in the backends' layout: (windows, 2^(w−1), 2, L) or (…, 2, 2, L) uint32."""
+        return self._table.view(np.uint32)
+
     def mul(self, scalars: np.ndarray) -> np.ndarray:
         """scalars[i]·base for every row, as affine points in the backends' layout."""
-        scalars = _check_scalars(self.curve, scalars)
+        scalars = check_scalars(self.curve, scalars)
         L = self.curve.Fq.limbs32
         shape = (scalars.shape[0], 2, L) if self.group == 1 else (scalars.shape[0], 2, 2, L)
         out = np.zeros(shape, dtype=np.uint32)
@@ -389,7 +398,7 @@ def sparse_combinations(curve: Curve, points: np.ndarray, indptr: np.ndarray, in
     scalars. Each coefficient is used as ±min(c, r − c), so small negative numbers are as
     cheap as small positive ones.
     """
-    coeffs = _check_scalars(curve, coeffs)
+    coeffs = check_scalars(curve, coeffs)
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
     index = np.ascontiguousarray(index, dtype=np.int64)
     if indptr.ndim != 1 or indptr.size < 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != index.size:
