@@ -24,7 +24,9 @@ Two sources of τ, α, β:
   the setup could have kept them and forged proofs, so such a key is **for testing
   only**; the key's contribution record says so, and so does the command's output.
   The points are then g·scalar with known scalars: fixed-base multiplications from one
-  precomputed table per group, which is what makes a 2^20 key take minutes.
+  precomputed table per group, which is what makes a 2^20 key take minutes on a CPU. With
+  the CUDA backend they run on the GPU (backends/cuda/fixed_base.py, the same table and the
+  same bytes), and a 2^24 key is bound by the CPU's QAP work and the disk instead.
 
 Section 10 records one contribution in snarkjs's layout (δ·G1 and a name that says where
 the secrets came from). Its circuit hash is left zero and its proof-of-knowledge fields
@@ -44,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends import Backend, get_backend
 from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
 from ..curves import Curve
@@ -72,6 +75,7 @@ class SetupResult:
     domain_size: int
     test_only: bool
     contribution_name: str
+    backend: str = "cpu"  # what made the fixed-base points ("cpu" also for every .ptau key: see _FromPtau)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -199,10 +203,11 @@ def _add(curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # The two ways to the points.
 
 
-def _chunks(compute: Callable[[int, int], np.ndarray], n: int, on_done: Callable[[], None] | None = None) -> Iterator[np.ndarray]:
-    """Yield compute(lo, hi) over [0, n) in CHUNK_POINTS pieces (a section streams to the file)."""
-    for lo in range(0, n, CHUNK_POINTS):
-        yield compute(lo, min(n, lo + CHUNK_POINTS))
+def _chunks(compute: Callable[[int, int], np.ndarray], n: int, on_done: Callable[[], None] | None = None,
+            chunk: int = CHUNK_POINTS) -> Iterator[np.ndarray]:
+    """Yield compute(lo, hi) over [0, n) in pieces of ``chunk`` points (a section streams to the file)."""
+    for lo in range(0, n, chunk):
+        yield compute(lo, min(n, lo + chunk))
     if on_done is not None:
         on_done()
 
@@ -220,6 +225,9 @@ class _Sections:
         self.timings = timings
         self._clock = time.perf_counter()
 
+    def close(self) -> None:
+        """Give back what the sections held outside host memory (device tables)."""
+
     def _lap(self, name: str) -> Callable[[], None]:
         def done() -> None:
             now = time.perf_counter()
@@ -229,10 +237,19 @@ class _Sections:
         return done
 
 
+def _fixed_base_tables(backend: Backend | None) -> Callable:
+    """A FixedBaseTable-like constructor (curve, group, base, n_scalars) for ``backend``: the GPU's or the CPU's."""
+    if getattr(backend, "name", "cpu") == "cuda":
+        from ..backends.cuda.fixed_base import CudaFixedBaseTable
+
+        return lambda curve, group, base, n: CudaFixedBaseTable(curve, group, base, n, backend.runtime, vram=backend.vram)
+    return FixedBaseTable
+
+
 class _FromToxicWaste(_Sections):
     """τ, α, β known: every point is a fixed-base multiple of a generator."""
 
-    def __init__(self, r1cs: R1CS, log_n: int, timings: dict[str, float]):
+    def __init__(self, r1cs: R1CS, log_n: int, timings: dict[str, float], backend: Backend | None = None):
         curve = r1cs.curve
         n = 1 << log_n
         while True:
@@ -257,35 +274,53 @@ class _FromToxicWaste(_Sections):
 
         t = time.perf_counter()
         n_g1 = 3 * r1cs.n_wires + n
-        self.g1 = FixedBaseTable(curve, 1, G1.generator, n_g1)
-        self.g2 = FixedBaseTable(curve, 2, G2.generator, r1cs.n_wires)
+        tables = _fixed_base_tables(backend)
+        self.g1 = self.g2 = None
+        try:
+            self.g1 = tables(curve, 1, G1.generator, n_g1)
+            self.g2 = tables(curve, 2, G2.generator, r1cs.n_wires)
+        except BaseException:
+            self.close()  # e.g. the G2 table did not fit in VRAM: give the G1 one back
+            raise
         timings["tables"] = time.perf_counter() - t
         self._clock = time.perf_counter()
 
+    def close(self) -> None:
+        for table in (self.g1, self.g2):
+            if table is not None and hasattr(table, "free"):
+                table.free()
+
+    def _g1(self, compute, n: int, name: str):
+        return _chunks(compute, n, self._lap(name), self.g1.chunk_points)
+
     def ic(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.k[lo:hi]), self.n_public + 1, self._lap("ic"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.k[lo:hi]), self.n_public + 1, "ic")
 
     def a(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.u[lo:hi]), self.r1cs.n_wires, self._lap("a"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.u[lo:hi]), self.r1cs.n_wires, "a")
 
     def b1(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b1"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.v[lo:hi]), self.r1cs.n_wires, "b1")
 
     def b2(self):
-        return _chunks(lambda lo, hi: self.g2.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b2"))
+        return _chunks(lambda lo, hi: self.g2.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b2"), self.g2.chunk_points)
 
     def c(self):
         d_inv = pow(self.delta, -1, self.curve.r)
         first = self.n_public + 1
-        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.k[first + lo : first + hi], d_inv, False)), self.r1cs.n_wires - first, self._lap("c"))
+        return self._g1(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.k[first + lo : first + hi], d_inv, False)), self.r1cs.n_wires - first, "c")
 
     def h(self):
         d_inv = pow(self.delta, -1, self.curve.r)
-        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.h_lagrange[lo:hi], d_inv, True)), 1 << self.log_n, self._lap("h"))
+        return self._g1(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.h_lagrange[lo:hi], d_inv, True)), 1 << self.log_n, "h")
 
 
 class _FromPtau(_Sections):
-    """A ceremony's Lagrange-basis points: every point is a sparse combination of them."""
+    """A ceremony's Lagrange-basis points: every point is a sparse combination of them.
+
+    These are variable-base sums (Straus, on the CPU whatever the backend): short sums of
+    small coefficients, far cheaper per point than the fixed-base path's full-size scalars.
+    """
 
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
         super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
@@ -389,12 +424,14 @@ def working_memory(r1cs: R1CS, log_n: int) -> int:
     return r1cs.n_wires * per_wire + nnz * per_term + (3 << log_n) * fr + (256 << 20)
 
 
-def _check_memory(r1cs: R1CS, log_n: int) -> None:
-    """Refuse up front what could never fit in this machine's memory (e.g. a header claiming 2^32 wires)."""
+def _check_memory(r1cs: R1CS, log_n: int, budget: int | None, budget_source: str) -> None:
+    """Refuse up front what could never fit (e.g. a header claiming 2^32 wires), before any large allocation."""
     need = working_memory(r1cs, log_n)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need > total:
-        raise SetupError(f"{r1cs.path}: {r1cs.n_wires} wires and {r1cs.n_constraints} constraints need about {need / 2**30:.1f} GiB to set up, more than this machine's {total / 2**30:.1f} GiB")
+    if budget is None:
+        budget, budget_source = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's physical memory"
+    if need > budget:
+        raise SetupError(f"{r1cs.path}: {r1cs.n_wires} wires and {r1cs.n_constraints} constraints need about {need / 2**30:.1f} GiB "
+                         f"to set up, more than the {budget / 2**30:.1f} GiB of {budget_source}")
 
 
 def setup(
@@ -403,8 +440,18 @@ def setup(
     *,
     ptau: str | os.PathLike | None = None,
     name: str | None = None,
+    backend: str | Backend = "cpu",
+    memory_budget: int | None = None,
+    memory_budget_source: str = "the memory budget",
 ) -> SetupResult:
-    """Write a Groth16 proving key for ``r1cs`` to ``zkey_path`` (see the module docstring)."""
+    """Write a Groth16 proving key for ``r1cs`` to ``zkey_path`` (see the module docstring).
+
+    ``backend``: "cpu", "cuda", "auto" (the GPU when there is one) or a Backend; with CUDA the
+    fixed-base points of a test-only key are computed on the device. ``memory_budget``: the
+    bytes this setup may hold (the CLI passes the memory plan's budget, the cgroup limit less
+    the margin); a circuit whose setup would need more is refused before anything large is
+    allocated. Without one, the bound is the machine's physical memory.
+    """
     timings: dict[str, float] = {}
     t = time.perf_counter()
     if not isinstance(r1cs, R1CS):
@@ -415,12 +462,16 @@ def setup(
     log_n = domain_power(r1cs.n_constraints, r1cs.n_public)
     if log_n + 1 > curve.fr_two_adicity:
         raise SetupError(f"{r1cs.path}: {r1cs.n_constraints} constraints need a 2^{log_n} domain, and {curve.name} has roots of unity only up to 2^{curve.fr_two_adicity} (H needs 2^{log_n + 1})")
-    _check_memory(r1cs, log_n)
+    _check_memory(r1cs, log_n, memory_budget, memory_budget_source)
+    if isinstance(backend, str):
+        backend = get_backend(backend) if ptau is None else None  # a .ptau key needs no fixed-base tables
     coeffs = coefficient_section(r1cs)
     timings["read"] = time.perf_counter() - t
 
+    used = "cpu"
     if ptau is None:
-        sections: _Sections = _FromToxicWaste(r1cs, log_n, timings)
+        sections: _Sections = _FromToxicWaste(r1cs, log_n, timings, backend)
+        used = getattr(backend, "name", "cpu")
         name = name or TEST_ONLY_NAME
         test_only = True
     else:
@@ -434,11 +485,14 @@ def setup(
 
     G1, G2 = curve.G1, curve.G2
     mpc = MPCParams(bytes(64), (_contribution(curve, sections.delta, name, bytes(64)),))
-    write_zkey(
-        zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
-        alpha1=sections.alpha1, beta1=sections.beta1, beta2=sections.beta2, gamma2=G2.generator,
-        delta1=G1.mul(G1.generator, sections.delta), delta2=G2.mul(G2.generator, sections.delta),
-        ic=sections.ic(), coeffs=coeffs, a=sections.a(), b1=sections.b1(), b2=sections.b2(),
-        c=sections.c(), h=sections.h(), mpc=mpc,
-    )  # fmt: skip
-    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name, timings)
+    try:
+        write_zkey(
+            zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
+            alpha1=sections.alpha1, beta1=sections.beta1, beta2=sections.beta2, gamma2=G2.generator,
+            delta1=G1.mul(G1.generator, sections.delta), delta2=G2.mul(G2.generator, sections.delta),
+            ic=sections.ic(), coeffs=coeffs, a=sections.a(), b1=sections.b1(), b2=sections.b2(),
+            c=sections.c(), h=sections.h(), mpc=mpc,
+        )  # fmt: skip
+    finally:
+        sections.close()
+    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name, used, timings)

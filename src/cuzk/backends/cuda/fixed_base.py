@@ -31,16 +31,20 @@ class CudaFixedBaseTable:
     """Multiples of one base point on a device; ``group`` is 1 (G1) or 2 (G2), as for FixedBaseTable.
 
     ``vram``: a budget to reserve the table and each launch's buffers against (the backend's);
-    ``batch``: scalars per thread, chosen from the launch size when None (tests set it to reach
-    the ragged and shared-inversion paths at small sizes).
+    ``batch``: scalars per thread, chosen from the launch size when None; ``launch_points``:
+    scalars per launch (tests lower both to reach the ragged, shared-inversion and
+    many-launch paths at small sizes).
     """
 
     chunk_points = 1 << 21
 
     def __init__(self, curve: Curve, group: int, base: Point, n_scalars: int, runtime, *,
-                 vram: VramBudget | None = None, batch: int | None = None):
+                 vram: VramBudget | None = None, batch: int | None = None, launch_points: int = LAUNCH_POINTS):
         if batch is not None and not 1 <= batch <= MAX_BATCH:
             raise ValueError(f"batch must be in 1..{MAX_BATCH}, got {batch}")
+        if launch_points < 1:
+            raise ValueError(f"launch_points must be positive, got {launch_points}")
+        self.launch_points = launch_points
         host = FixedBaseTable(curve, group, base, n_scalars)
         self.curve, self.group, self.window = curve, group, host.window
         self.runtime, self.vram, self.batch = runtime, vram, batch
@@ -78,8 +82,8 @@ class CudaFixedBaseTable:
         scalars = check_scalars(self.curve, scalars)
         n = scalars.shape[0]
         out = np.zeros((n,) + self._point_shape, dtype=np.uint32)
-        for lo in range(0, n, LAUNCH_POINTS):
-            hi = min(n, lo + LAUNCH_POINTS)
+        for lo in range(0, n, self.launch_points):
+            hi = min(n, lo + self.launch_points)
             out[lo:hi] = self._launch(scalars[lo:hi])
         return out
 
