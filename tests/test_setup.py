@@ -331,3 +331,47 @@ def test_implausible_wire_count_is_refused_before_allocating(tmp_path, small_r1c
     huge = tmp_path / "huge.r1cs"
     write_binfile(huge, "r1cs", 1, [(2, [constraints]), (1, [header])])
     assert "GiB to set up" in _setup_error([huge, tmp_path / "out.zkey"], capsys)
+
+
+def _ptau_sections(path) -> dict:
+    with BinFile(path, "ptau", 1) as f:
+        return {t: f.section(t) for t in (1, 4, 6, 12, 13, 14)}
+
+
+def test_malformed_ptau_contents(ptau_bn254, tmp_path, small_r1cs, capsys):
+    """A ptau whose framing is sound but whose header or points are not: each named, no key written."""
+    prepared = ptau_bn254[0]
+    data = bytearray(prepared.read_bytes())
+    sec = _ptau_sections(prepared)
+    zkey = tmp_path / "out.zkey"
+    n8, g1 = 32, 64
+    log_n = domain_power(read_r1cs(small_r1cs).n_constraints, 1)
+
+    def bad(patch) -> str:
+        d = bytearray(data)
+        patch(d)
+        path = tmp_path / "bad.ptau"
+        path.write_bytes(bytes(d))
+        return _setup_error([small_r1cs, zkey, "--ptau", path], capsys)
+
+    def put(d, offset, raw):
+        d[offset : offset + len(raw)] = raw
+
+    h = sec[1].offset
+    assert "field element size 40" in bad(lambda d: put(d, h, (40).to_bytes(4, "little")))
+    assert "power 0 is outside" in bad(lambda d: put(d, h + 4 + n8, (0).to_bytes(4, "little")))
+    assert "prime 0x3039 matches no supported curve" in bad(lambda d: put(d, h + 4, (12345).to_bytes(n8, "little")))
+    # Points: the circuit's basis of size 2^log_n starts at point 2^log_n − 1 of each Lagrange section.
+    first = (1 << log_n) - 1
+    err = bad(lambda d: put(d, sec[12].offset + (first + 3) * g1 + n8, bytes([d[sec[12].offset + (first + 3) * g1 + n8] ^ 1])))
+    assert f"2^{log_n} Lagrange basis of section lagrange tauG1: point 3 is not on bn128 G1" in err
+    err = bad(lambda d: put(d, sec[13].offset + (first + 1) * 2 * g1, b"\xff" * n8))
+    assert "lagrange tauG2: point 1 a coordinate is not reduced modulo q" in err
+    err = bad(lambda d: put(d, sec[14].offset + (first + 2) * g1, b"\x01" + bytes(g1 - 1)))
+    assert "lagrange alphaTauG1: point 2 is not on bn128 G1" in err
+    assert "alpha·G1 (section alphaTauG1): point 0 is not on bn128 G1" in bad(lambda d: put(d, sec[4].offset, b"\x07" + bytes(g1 - 1)))
+    assert "beta·G2 (section betaG2)" in bad(lambda d: put(d, sec[6].offset + 5, b"\x09"))
+    # H uses the odd points of the next basis up (size 2^(log_n+1), starting at point 2^(log_n+1) − 1).
+    err = bad(lambda d: put(d, sec[12].offset + ((2 << log_n) - 1 + 5) * g1, b"\x02" + bytes(g1 - 1)))
+    assert f"2^{log_n + 1} Lagrange basis of section lagrange tauG1: point 5 is not on bn128 G1" in err
+    assert not zkey.exists()

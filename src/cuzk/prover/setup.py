@@ -48,7 +48,7 @@ import numpy as np
 
 from ..backends import Backend, get_backend
 from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
-from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
+from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, first_invalid_point, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g2_from_bytes
@@ -326,14 +326,17 @@ class _FromPtau(_Sections):
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
         super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
         curve = r1cs.curve
-        self.alpha1 = g1_from_bytes(curve, ptau.alpha_g1().tobytes())
-        self.beta1 = g1_from_bytes(curve, ptau.beta_g1().tobytes())
-        self.beta2 = g2_from_bytes(curve, ptau.beta_g2().tobytes())
-        self.tau_g1 = ptau.lagrange("tau_g1", log_n)
-        self.tau_g2 = ptau.lagrange("tau_g2", log_n)
+        valid = lambda points, what: _valid_points(ptau, curve, points, what)
+        self.alpha1 = g1_from_bytes(curve, valid(ptau.alpha_g1()[None], "alpha·G1 (section alphaTauG1)").tobytes())
+        self.beta1 = g1_from_bytes(curve, valid(ptau.beta_g1()[None], "beta·G1 (section betaTauG1)").tobytes())
+        self.beta2 = g2_from_bytes(curve, valid(ptau.beta_g2()[None], "beta·G2 (section betaG2)").tobytes())
+        self.tau_g1 = valid(ptau.lagrange("tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange tauG1")
+        self.tau_g2 = valid(ptau.lagrange("tau_g2", log_n), f"the 2^{log_n} Lagrange basis of section lagrange tauG2")
+        alpha_tau = valid(ptau.lagrange("alpha_tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange alphaTauG1")
+        beta_tau = valid(ptau.lagrange("beta_tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange betaTauG1")
         # One array for the C/IC combinations: [L·G1 | α·L·G1 | β·L·G1].
-        self.abc_g1 = np.concatenate([self.tau_g1, ptau.lagrange("alpha_tau_g1", log_n), ptau.lagrange("beta_tau_g1", log_n)])
-        self.h_basis = ptau.lagrange("tau_g1", log_n + 1)[1::2]
+        self.abc_g1 = np.concatenate([self.tau_g1, alpha_tau, beta_tau])
+        self.h_basis = valid(ptau.lagrange("tau_g1", log_n + 1), f"the 2^{log_n + 1} Lagrange basis of section lagrange tauG1")[1::2]
         self.cols = _wire_columns(r1cs)
         n = 1 << log_n
         # C_i/IC_i = Σ A[c][i]·β·L_c + B[c][i]·α·L_c + C[c][i]·L_c: merge the three column sets.
@@ -372,6 +375,14 @@ class _FromPtau(_Sections):
 
     def h(self):
         return _chunks(lambda lo, hi: self._over_delta(np.ascontiguousarray(self.h_basis[lo:hi])), 1 << self.log_n, self._lap("h"))
+
+
+def _valid_points(ptau: Ptau, curve: Curve, points: np.ndarray, what: str) -> np.ndarray:
+    """``points`` unchanged, or a SetupError naming the first one a corrupted file got wrong."""
+    bad = first_invalid_point(curve, points)
+    if bad is not None:
+        raise SetupError(f"{ptau.path}: {what}: point {bad[0]} {bad[1]} (a corrupted ceremony file?)")
+    return points
 
 
 def _merge_columns(parts: list[tuple[Columns, int]], n_wires: int) -> Columns:

@@ -444,6 +444,60 @@ def _negate(curve: Curve, scalars: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------
+# Checking given points (a ceremony file's) before building a key on them.
+
+
+@njit(cache=True)
+def _first_off_curve_range(points, b, lo, hi, fc):
+    """Least i in [lo, hi) whose point is not on y² = x³ + b (all-zero infinity passes), or −1."""
+    t = np.zeros((2,) + points.shape[2:], dtype=np.uint64)
+    for i in range(lo, hi):
+        x, y = points[i, 0], points[i, 1]
+        if fe_is_zero(x) and fe_is_zero(y):
+            continue
+        fe_sqr(x, t[0], fc)
+        fe_mul(t[0], x, t[0], fc)
+        fe_add(t[0], b, t[0], fc)
+        fe_sqr(y, t[1], fc)
+        if not fe_eq(t[0], t[1]):
+            return i
+    return -1
+
+
+@njit(cache=True, parallel=True)
+def _first_off_curve(points, b, fc):
+    n = points.shape[0]
+    p, pinv, one, r2, pm2 = fc
+    chunks = (n + CHUNK - 1) // CHUNK
+    found = np.full(chunks, -1, dtype=np.int64)
+    for c in prange(chunks):
+        found[c] = _first_off_curve_range(points, b, c * CHUNK, min(n, (c + 1) * CHUNK), FieldConsts(p, pinv, one, r2, pm2))
+    for c in range(chunks):
+        if found[c] >= 0:
+            return found[c]
+    return -1
+
+
+def first_invalid_point(curve: Curve, points: np.ndarray) -> tuple[int, str] | None:
+    """(index, what is wrong) of the first row that is not a point of the curve, or None.
+
+    ``points``: affine Montgomery rows in the backends' layout, G1 or G2 told apart by shape.
+    A coordinate must be below q, and the point on the curve; there is no subgroup check
+    (this catches corrupted files, not a malicious ceremony).
+    """
+    group = 1 if points.ndim == 3 else 2
+    bad = first_not_below(np.ascontiguousarray(points).reshape(-1, curve.Fq.limbs32), curve.q)
+    if bad is not None:
+        return bad // (2 * group), "a coordinate is not reduced modulo q"
+    G = curve.G1 if group == 1 else curve.G2
+    b = _point_rows(curve, group, [(G.b, G.b)])[0, 0]
+    if points.shape[0] == 0:
+        return None
+    i = _first_off_curve(as_u64(np.ascontiguousarray(points, dtype=np.uint32)), as_u64(b), field_consts(curve.Fq))
+    return None if i < 0 else (int(i), f"is not on {curve.name} G{group}")
+
+
+# ----------------------------------------------------------------------------------
 # The QAP polynomials of every wire at τ (the no-ceremony path): column sums over Fr.
 
 
