@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import snarkjs_available, snarkjs_verify
+from conftest import corpus_dir, snarkjs_available, snarkjs_verify
 from cuzk.backends.cpu.fixed_base import FixedBaseTable
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, VramExhaustedError, available
 from cuzk.backends.cuda.fixed_base import CudaFixedBaseTable
@@ -165,6 +165,16 @@ def _gpu_key(kind, curve, n, tmp_path):
 @pytest.mark.parametrize("curve", CURVES)
 def test_gpu_made_key_verifies_with_snarkjs_host(curve, tmp_path):
     _gpu_key("host", curve, 150, tmp_path)
+
+
+def test_gpu_made_key_for_a_corpus_circuit(tmp_path):
+    """A real circom circuit's key made through the kernel (host emulation): its proof verifies."""
+    d = corpus_dir("toy_multiplier")
+    zkey, vkey, proof, public = (tmp_path / n for n in ("circuit.zkey", "vk.json", "proof.json", "public.json"))
+    assert setup(d / "circuit.r1cs", zkey, backend=CudaBackend(runtime=runtime_of("host"))).backend == "cuda"
+    assert cli_main(["zkey", "export-vkey", str(zkey), str(vkey)]) == 0
+    assert cli_main(["prove", "--backend", "cpu", "--no-verify", str(zkey), str(d / "witness.wtns"), str(proof), str(public)]) == 0
+    _check_proof(vkey, public, proof)
 
 
 @pytest.mark.gpu
