@@ -158,7 +158,8 @@ def _gpu_key(kind, curve, n, tmp_path):
     assert [c.name for c in header.mpc.contributions] == [TEST_ONLY_NAME]
     vkey, proof, public = tmp_path / "verification_key.json", tmp_path / "proof.json", tmp_path / "public.json"
     assert cli_main(["zkey", "export-vkey", str(zkey), str(vkey)]) == 0
-    assert cli_main(["prove", "--backend", "cpu", "--no-verify", str(zkey), str(wtns_path), str(proof), str(public)]) == 0
+    prove_on = "cuda" if kind == "gpu" else "cpu"
+    assert cli_main(["prove", "--backend", prove_on, "--no-verify", str(zkey), str(wtns_path), str(proof), str(public)]) == 0
     _check_proof(vkey, public, proof)
 
 
