@@ -326,7 +326,10 @@ class _FromPtau(_Sections):
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
         super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
         curve = r1cs.curve
-        valid = lambda points, what: _valid_points(ptau, curve, points, what)
+
+        def valid(points: np.ndarray, what: str) -> np.ndarray:
+            return _valid_points(ptau, curve, points, what)
+
         self.alpha1 = g1_from_bytes(curve, valid(ptau.alpha_g1()[None], "alpha·G1 (section alphaTauG1)").tobytes())
         self.beta1 = g1_from_bytes(curve, valid(ptau.beta_g1()[None], "beta·G1 (section betaTauG1)").tobytes())
         self.beta2 = g2_from_bytes(curve, valid(ptau.beta_g2()[None], "beta·G2 (section betaG2)").tobytes())
@@ -490,10 +493,8 @@ def setup(
     coeffs = coefficient_section(r1cs)
     timings["read"] = time.perf_counter() - t
 
-    used = "cpu"
     if ptau is None:
         sections: _Sections = _FromToxicWaste(r1cs, log_n, timings, tables)
-        used = backend.name
         name = name or TEST_ONLY_NAME
         test_only = True
     else:
@@ -517,4 +518,5 @@ def setup(
         )  # fmt: skip
     finally:
         sections.close()
-    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name, used, timings)
+    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name,
+                       backend.name if backend is not None else "cpu", timings)
