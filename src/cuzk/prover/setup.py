@@ -490,7 +490,6 @@ def setup(
     else:  # a .ptau key needs no fixed-base tables
         backend, tables, chunk_points = None, None, CHUNK_POINTS
     _check_memory(r1cs, log_n, chunk_points, memory_budget, memory_budget_source)
-    coeffs = coefficient_section(r1cs)
     timings["read"] = time.perf_counter() - t
 
     if ptau is None:
@@ -506,6 +505,11 @@ def setup(
         name = name or f"cuzk setup from {Path(ptau).name}"
         test_only = False
 
+    # After the sections' QAP work, whose column copies are gone by now: the two never coexist.
+    t = time.perf_counter()
+    coeffs = coefficient_section(r1cs)
+    timings["coefficients"] = time.perf_counter() - t
+    sections._clock = time.perf_counter()
     G1, G2 = curve.G1, curve.G2
     mpc = MPCParams(bytes(64), (_contribution(curve, sections.delta, name, bytes(64)),))
     try:
