@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         except (SyntheticError, SetupError) as exc:  # e.g. more memory than the budget allows
             print(f"2^{log_n}: skipped, {exc}", flush=True)
             continue
-        except RuntimeError as exc:  # cuzk prove failed (its self-check of the proof included): say so, go on
+        except (RuntimeError, MemoryError) as exc:  # cuzk prove failed (its self-check included), or no VRAM: say so, go on
             print(f"2^{log_n}: FAILED, {exc}", flush=True)
             continue
         records[log_n] = {**record, "total_s": time.perf_counter() - t}
