@@ -48,7 +48,7 @@ import numpy as np
 
 from ..backends import Backend, get_backend
 from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
-from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, first_invalid_point, sparse_combinations
+from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, first_invalid_point, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g2_from_bytes
@@ -98,17 +98,7 @@ class Columns:
 
 
 def _columns(M: SparseMatrix, n_wires: int, extra_rows: np.ndarray | None = None, extra_cols: np.ndarray | None = None, one: np.ndarray | None = None) -> Columns:
-    rows = np.repeat(np.arange(M.n_rows, dtype=np.int64), np.diff(M.row_ptr))
-    cols = M.col.astype(np.int64)
-    values = M.values
-    if extra_rows is not None:
-        rows = np.concatenate([rows, extra_rows])
-        cols = np.concatenate([cols, extra_cols])
-        values = np.concatenate([values, np.broadcast_to(one, (extra_rows.size, values.shape[1]))])
-    order = np.argsort(cols, kind="stable")
-    indptr = np.zeros(n_wires + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cols, minlength=n_wires), out=indptr[1:])
-    return Columns(indptr, rows[order], np.ascontiguousarray(values[order]))
+    return Columns(*csr_to_columns(M.row_ptr, M.col, M.values, n_wires, extra_rows, extra_cols, one))
 
 
 def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:

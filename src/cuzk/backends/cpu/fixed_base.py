@@ -502,6 +502,49 @@ def first_invalid_point(curve: Curve, points: np.ndarray) -> tuple[int, str] | N
 
 
 @njit(cache=True)
+def _scatter_by_column(row_ptr, col, values, extra_rows, extra_cols, extra_value, indptr, rows_out, values_out):
+    """Each entry to its column's next free slot, in row order, then the extra entries: a stable transpose."""
+    cursor = indptr[:-1].copy()
+    limbs = values.shape[1]
+    for r in range(row_ptr.shape[0] - 1):
+        for e in range(row_ptr[r], row_ptr[r + 1]):
+            c = col[e]
+            pos = cursor[c]
+            cursor[c] = pos + 1
+            rows_out[pos] = r
+            for k in range(limbs):
+                values_out[pos, k] = values[e, k]
+    for e in range(extra_rows.shape[0]):
+        c = extra_cols[e]
+        pos = cursor[c]
+        cursor[c] = pos + 1
+        rows_out[pos] = extra_rows[e]
+        for k in range(limbs):
+            values_out[pos, k] = extra_value[k]
+
+
+def csr_to_columns(row_ptr: np.ndarray, col: np.ndarray, values: np.ndarray, n_cols: int, extra_rows: np.ndarray | None = None,
+                   extra_cols: np.ndarray | None = None, extra_value: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSR matrix's entries grouped by column: (indptr, rows, values), each column's entries in row order.
+
+    ``extra_rows/extra_cols`` are entries appended after the matrix's own, all with the value
+    ``extra_value`` (a setup's public A-rows). A counting sort: two passes over the entries,
+    where a stable argsort and two gathers took ~15 s at 2^22 constraints.
+    """
+    if extra_rows is None:
+        extra_rows = extra_cols = np.zeros(0, dtype=np.int64)
+        extra_value = np.zeros(values.shape[1], dtype=values.dtype)
+    indptr = np.zeros(n_cols + 1, dtype=np.int64)
+    np.cumsum(np.bincount(col, minlength=n_cols) + np.bincount(extra_cols, minlength=n_cols), out=indptr[1:])
+    rows = np.empty(int(indptr[-1]), dtype=np.int64)
+    out = np.empty((rows.size, values.shape[1]), dtype=values.dtype)
+    _scatter_by_column(np.ascontiguousarray(row_ptr, dtype=np.int64), np.ascontiguousarray(col), np.ascontiguousarray(values),
+                       np.ascontiguousarray(extra_rows, dtype=np.int64), np.ascontiguousarray(extra_cols, dtype=np.int64),
+                       np.ascontiguousarray(extra_value, dtype=values.dtype), indptr, rows, out)
+    return indptr, rows, out
+
+
+@njit(cache=True)
 def _column_sums_range(indptr, rows, coeffs, lagrange, out, lo, hi, fc):
     t = np.zeros((2,) + out.shape[1:], dtype=np.uint64)
     for k in range(lo, hi):
