@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, snarkjs_available, snarkjs_verify
-from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations, window_for
+from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, sparse_combinations, window_for
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.cli import main as cli_main
 from cuzk.curves import BLS12_381, BN254
@@ -137,6 +137,26 @@ def test_column_sums_match_reference(curve):
     got = limbs_to_ints(column_sums(curve, indptr, np.array(rows), ints_to_limbs(coeffs, 8), ints_to_limbs([Fr.to_mont(v) for v in lag], 8)))
     expected = [sum(coeffs[e] * lag[rows[e]] for e in range(indptr[k], indptr[k + 1])) % r for k in range(4)]
     assert got == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), n_rows=st.integers(0, 12), n_cols=st.integers(1, 9), n_extra=st.integers(0, 4))
+def test_csr_to_columns_is_a_stable_transpose(data, n_rows, n_cols, n_extra):
+    counts = data.draw(st.lists(st.integers(0, 5), min_size=n_rows, max_size=n_rows))
+    nnz = sum(counts)
+    col = np.array(data.draw(st.lists(st.integers(0, n_cols - 1), min_size=nnz, max_size=nnz)), dtype=np.uint32)
+    values = np.arange(nnz * 8, dtype=np.uint32).reshape(nnz, 8)
+    extra_cols = np.array(data.draw(st.lists(st.integers(0, n_cols - 1), min_size=n_extra, max_size=n_extra)), dtype=np.int64)
+    extra_rows = np.arange(n_rows, n_rows + n_extra, dtype=np.int64)
+    one = np.full(8, 7, dtype=np.uint32)
+    indptr, rows, got = csr_to_columns(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), col, values, n_cols, extra_rows, extra_cols, one)
+    # The reference: every entry as (column, position in file order), sorted.
+    entries = [(int(c), r, tuple(values[e])) for e, (r, c) in enumerate(zip(np.repeat(np.arange(n_rows), counts), col))]
+    entries += [(int(c), int(r), tuple(one)) for r, c in zip(extra_rows, extra_cols)]
+    entries.sort(key=lambda t: t[0])  # stable
+    assert list(np.diff(indptr)) == [sum(1 for t in entries if t[0] == c) for c in range(n_cols)]
+    assert [int(r) for r in rows] == [t[1] for t in entries]
+    assert [tuple(v) for v in got] == [t[2] for t in entries]
 
 
 # ----------------------------------------------------------------------------------
