@@ -11,16 +11,16 @@ a rung that would not fit in the free disk space (estimated from its size) or in
     .venv/bin/python benchmarks/ladder.py --sizes 16,18,20,22,24 --curve bls12-381 --prove
     python3 benchmarks/ladder.py --sizes 16,18,20,22,24 --prove --backend cuda --dir /tmp/ladder --time-budget 480
 
-``--prove`` also proves each rung once with ``cuzk prove`` (and verifies the proof with
-snarkjs when it is installed), recording the time. ``--backend`` picks where both setup
+``--prove`` also proves each rung once with ``cuzk prove`` (which checks its proof with
+cuzk's verifier; snarkjs verifies it too where installed), recording the time. ``--backend`` picks where both setup
 (its fixed-base points) and proving run. ``--time-budget`` stops before a rung whose
 predicted time (the last rung of 2^20 or more, scaled by size) would overrun it, so one
 bounded command builds as far as it can. With ``--prove``, a warm-up proof of the bundled
 2^10 example runs beside the first rung's synthesis and setup: on a fresh machine it pays
 the one-off compilation of the prover and verifier (numba, NVRTC; minutes, single-threaded)
-while the other cores work, and the first rung's proof waits for it, so no rung's time
-includes it. A table of the times ends the output. The cache
-defaults to ``<repo>/.bench-cache/ladder`` (git-ignored); ``--dir`` or ``CUZK_LADDER_DIR``
+while the other cores work, and the first rung's proof waits for it, so no proving time
+includes it (the first rung's setup time still includes setup's own compilation). A table
+of the times ends the output. The cache defaults to ``<repo>/.bench-cache/ladder`` (git-ignored); ``--dir`` or ``CUZK_LADDER_DIR``
 move it.
 """
 
