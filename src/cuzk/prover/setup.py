@@ -114,19 +114,30 @@ def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:
 
 
 def coefficient_section(r1cs: R1CS) -> np.ndarray:
-    """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R²."""
+    """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R².
+
+    No sort: both matrices are already in row order, so constraint c's A entries start at
+    A.row_ptr[c] + B.row_ptr[c] and its B entries right after them.
+    """
     A, B = r1cs.A, r1cs.B
     m, p = r1cs.n_constraints, r1cs.n_public
     public = np.arange(p + 1, dtype=np.uint32)
-    matrix = np.concatenate([np.zeros(A.nnz, np.uint32), np.ones(B.nnz, np.uint32)])
-    constraint = np.concatenate([np.repeat(np.arange(m, dtype=np.uint32), np.diff(M.row_ptr)) for M in (A, B)])
-    order = np.lexsort((matrix, constraint))  # stable: each row keeps the file's order
-    out = np.empty(matrix.size + p + 1, dtype=coeff_dtype(r1cs.curve.Fr.n8))
-    out["matrix"] = np.concatenate([matrix[order], np.zeros(p + 1, np.uint32)])
-    out["constraint"] = np.concatenate([constraint[order], m + public])
-    out["signal"] = np.concatenate([np.concatenate([A.col, B.col])[order], public])
-    values = np.concatenate([np.concatenate([A.values, B.values])[order], ints_to_limbs([1] * (p + 1), r1cs.curve.Fr.limbs32)])
-    out["value"] = encode_coeff_values(r1cs.curve, values)
+    a_ptr, b_ptr = A.row_ptr.astype(np.int64), B.row_ptr.astype(np.int64)
+    a_row = np.repeat(np.arange(m, dtype=np.uint32), np.diff(a_ptr))
+    b_row = np.repeat(np.arange(m, dtype=np.uint32), np.diff(b_ptr))
+    a_pos = np.arange(A.nnz, dtype=np.int64) + b_ptr[a_row]
+    b_pos = np.arange(B.nnz, dtype=np.int64) + a_ptr[b_row.astype(np.int64) + 1]
+    out = np.empty(A.nnz + B.nnz + p + 1, dtype=coeff_dtype(r1cs.curve.Fr.n8))
+    body = out[: A.nnz + B.nnz]
+    body["matrix"][a_pos], body["matrix"][b_pos] = 0, 1
+    body["constraint"][a_pos], body["constraint"][b_pos] = a_row, b_row
+    body["signal"][a_pos], body["signal"][b_pos] = A.col, B.col
+    values = np.empty((A.nnz + B.nnz, A.values.shape[1]), dtype=np.uint32)
+    values[a_pos], values[b_pos] = A.values, B.values
+    del a_row, b_row, a_pos, b_pos
+    tail = out[A.nnz + B.nnz :]
+    tail["matrix"], tail["constraint"], tail["signal"] = 0, m + public, public
+    out["value"] = encode_coeff_values(r1cs.curve, np.concatenate([values, ints_to_limbs([1] * (p + 1), r1cs.curve.Fr.limbs32)]))
     return out
 
 
