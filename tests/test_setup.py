@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, snarkjs_available, snarkjs_verify
-from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations, window_for
+from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, sparse_combinations, window_for
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.cli import main as cli_main
 from cuzk.curves import BLS12_381, BN254
@@ -21,6 +23,8 @@ from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
 from cuzk.formats.ptau import read_ptau
 from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
 from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.memory.cgroup import ChildCgroup
+from cuzk.memory.limits import CgroupError
 from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
 
 CURVES = [BN254, BLS12_381]
@@ -133,6 +137,26 @@ def test_column_sums_match_reference(curve):
     got = limbs_to_ints(column_sums(curve, indptr, np.array(rows), ints_to_limbs(coeffs, 8), ints_to_limbs([Fr.to_mont(v) for v in lag], 8)))
     expected = [sum(coeffs[e] * lag[rows[e]] for e in range(indptr[k], indptr[k + 1])) % r for k in range(4)]
     assert got == expected
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data(), n_rows=st.integers(0, 12), n_cols=st.integers(1, 9), n_extra=st.integers(0, 4))
+def test_csr_to_columns_is_a_stable_transpose(data, n_rows, n_cols, n_extra):
+    counts = data.draw(st.lists(st.integers(0, 5), min_size=n_rows, max_size=n_rows))
+    nnz = sum(counts)
+    col = np.array(data.draw(st.lists(st.integers(0, n_cols - 1), min_size=nnz, max_size=nnz)), dtype=np.uint32)
+    values = np.arange(nnz * 8, dtype=np.uint32).reshape(nnz, 8)
+    extra_cols = np.array(data.draw(st.lists(st.integers(0, n_cols - 1), min_size=n_extra, max_size=n_extra)), dtype=np.int64)
+    extra_rows = np.arange(n_rows, n_rows + n_extra, dtype=np.int64)
+    one = np.full(8, 7, dtype=np.uint32)
+    indptr, rows, got = csr_to_columns(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64), col, values, n_cols, extra_rows, extra_cols, one)
+    # The reference: every entry as (column, position in file order), sorted.
+    entries = [(int(c), r, tuple(values[e])) for e, (r, c) in enumerate(zip(np.repeat(np.arange(n_rows), counts), col))]
+    entries += [(int(c), int(r), tuple(one)) for r, c in zip(extra_rows, extra_cols)]
+    entries.sort(key=lambda t: t[0])  # stable
+    assert list(np.diff(indptr)) == [sum(1 for t in entries if t[0] == c) for c in range(n_cols)]
+    assert [int(r) for r in rows] == [t[1] for t in entries]
+    assert [tuple(v) for v in got] == [t[2] for t in entries]
 
 
 # ----------------------------------------------------------------------------------
@@ -331,3 +355,66 @@ def test_implausible_wire_count_is_refused_before_allocating(tmp_path, small_r1c
     huge = tmp_path / "huge.r1cs"
     write_binfile(huge, "r1cs", 1, [(2, [constraints]), (1, [header])])
     assert "GiB to set up" in _setup_error([huge, tmp_path / "out.zkey"], capsys)
+
+
+def _ptau_sections(path) -> dict:
+    with BinFile(path, "ptau", 1) as f:
+        return {t: f.section(t) for t in (1, 4, 6, 12, 13, 14)}
+
+
+def test_malformed_ptau_contents(ptau_bn254, tmp_path, small_r1cs, capsys):
+    """A ptau whose framing is sound but whose header or points are not: each named, no key written."""
+    prepared = ptau_bn254[0]
+    data = bytearray(prepared.read_bytes())
+    sec = _ptau_sections(prepared)
+    zkey = tmp_path / "out.zkey"
+    n8, g1 = 32, 64
+    log_n = domain_power(read_r1cs(small_r1cs).n_constraints, 1)
+
+    def bad(patch) -> str:
+        d = bytearray(data)
+        patch(d)
+        path = tmp_path / "bad.ptau"
+        path.write_bytes(bytes(d))
+        return _setup_error([small_r1cs, zkey, "--ptau", path], capsys)
+
+    def put(d, offset, raw):
+        d[offset : offset + len(raw)] = raw
+
+    h = sec[1].offset
+    assert "field element size 40" in bad(lambda d: put(d, h, (40).to_bytes(4, "little")))
+    assert "power 0 is outside" in bad(lambda d: put(d, h + 4 + n8, (0).to_bytes(4, "little")))
+    assert "prime 0x3039 matches no supported curve" in bad(lambda d: put(d, h + 4, (12345).to_bytes(n8, "little")))
+    # Points: the circuit's basis of size 2^log_n starts at point 2^log_n − 1 of each Lagrange section.
+    first = (1 << log_n) - 1
+    err = bad(lambda d: put(d, sec[12].offset + (first + 3) * g1 + n8, bytes([d[sec[12].offset + (first + 3) * g1 + n8] ^ 1])))
+    assert f"2^{log_n} Lagrange basis of section lagrange tauG1: point 3 is not on bn128 G1" in err
+    err = bad(lambda d: put(d, sec[13].offset + (first + 1) * 2 * g1, b"\xff" * n8))
+    assert "lagrange tauG2: point 1 a coordinate is not reduced modulo q" in err
+    err = bad(lambda d: put(d, sec[14].offset + (first + 2) * g1, b"\x01" + bytes(g1 - 1)))
+    assert "lagrange alphaTauG1: point 2 is not on bn128 G1" in err
+    assert "alpha·G1 (section alphaTauG1): point 0 is not on bn128 G1" in bad(lambda d: put(d, sec[4].offset, b"\x07" + bytes(g1 - 1)))
+    assert "beta·G2 (section betaG2)" in bad(lambda d: put(d, sec[6].offset + 5, b"\x09"))
+    # H uses the odd points of the next basis up (size 2^(log_n+1), starting at point 2^(log_n+1) − 1).
+    err = bad(lambda d: put(d, sec[12].offset + ((2 << log_n) - 1 + 5) * g1, b"\x02" + bytes(g1 - 1)))
+    assert f"2^{log_n + 1} Lagrange basis of section lagrange tauG1: point 5 is not on bn128 G1" in err
+    assert not zkey.exists()
+
+
+@pytest.mark.cgroup
+def test_key_too_large_for_the_cgroup_limit_is_refused_before_allocating(tmp_path, small_r1cs):
+    """Inside a real 320 MiB memory cgroup the budget is that limit less the margin; setup says so and writes nothing."""
+    try:
+        cg = ChildCgroup.create(320 << 20, prefix="cuzk-test-setup-")
+    except CgroupError as exc:
+        pytest.skip(f"no writable memory cgroup here: {exc}")
+    env = {**os.environ, "CUZK_STATE_DIR": str(tmp_path / "state")}
+    try:
+        zkey = tmp_path / "out.zkey"
+        res = cg.run([sys.executable, "-m", "cuzk.cli", "setup", str(small_r1cs), str(zkey), "--backend", "cpu"], timeout=300, env=env)
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+        assert "GiB to set up, more than the 0.2 GiB of the memory budget (ceiling 320.00 MiB from cgroup v" in res.stderr
+        assert not zkey.exists() and cg.oom_kills() == 0
+    finally:
+        cg.close()

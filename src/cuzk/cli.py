@@ -79,25 +79,40 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     from .formats.json_io import write_vkey
     from .formats.r1cs import read_r1cs
     from .formats.zkey import read_zkey
+    from .memory.commands import check_memory
+    from .memory.units import format_size
     from .prover.setup import setup
     from .prover.verify import vkey_from_zkey
 
     t = time.perf_counter()
+    _, plan, _, _ = check_memory(args.memory_budget)  # the engine's budget: cgroup limit (or less) minus the margin
+    budget_source = (f"the memory budget (ceiling {format_size(plan.ceiling_bytes)} from {plan.ceiling_source}, "
+                     f"less a {format_size(plan.margin_bytes)} margin)")
     r1cs = read_r1cs(args.r1cs)
     if args.curve and curve_by_name(args.curve).r != r1cs.curve.r:
         print(f"error: {args.r1cs} is a {r1cs.curve.name} circuit, not {args.curve}", file=sys.stderr)
         return 1
-    result = setup(r1cs, args.zkey, ptau=args.ptau, name=args.name)
+    result = setup(r1cs, args.zkey, ptau=args.ptau, name=args.name, backend=args.backend,
+                   memory_budget=plan.total_bytes, memory_budget_source=budget_source)
     vkey_path = Path(args.vkey) if args.vkey else Path(args.zkey).with_name("verification_key.json")
     write_vkey(vkey_path, vkey_from_zkey(read_zkey(args.zkey)))
     print(f"wrote {args.zkey} and {vkey_path}: {result.curve.name}, {result.n_constraints} constraints, "
-          f"{result.n_public} public, domain 2^{result.domain_size.bit_length() - 1}, {time.perf_counter() - t:.1f} s")
+          f"{result.n_public} public, domain 2^{result.domain_size.bit_length() - 1}, {result.backend}, {time.perf_counter() - t:.1f} s")
     if result.test_only:
         print("WARNING: no --ptau given, so the toxic waste was sampled on this machine: the key is for TESTING ONLY "
               f"(its contribution is named {result.contribution_name!r})")
     if args.verbose:
         _print_timings(result.timings, "setup")
     return 0
+
+
+def _size(text: str) -> int:
+    from .memory.units import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:
@@ -163,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--curve", help="fail unless the circuit is over this curve (bn254 or bls12-381)")
     p.add_argument("--vkey", help="where to write the verification key (default: verification_key.json beside the zkey)")
     p.add_argument("--name", help="the name recorded in the key's contribution")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where the fixed-base points of a test-only key are computed (default: the GPU when there is one)")
+    p.add_argument("--memory-budget", type=_size, help="cap the memory budget (e.g. 16GiB); the real limit still wins if lower")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
     p.set_defaults(func=_cmd_setup)
 

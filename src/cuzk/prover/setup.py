@@ -24,7 +24,9 @@ Two sources of τ, α, β:
   the setup could have kept them and forged proofs, so such a key is **for testing
   only**; the key's contribution record says so, and so does the command's output.
   The points are then g·scalar with known scalars: fixed-base multiplications from one
-  precomputed table per group, which is what makes a 2^20 key take minutes.
+  precomputed table per group, which is what makes a 2^20 key take minutes on a CPU. With
+  the CUDA backend they run on the GPU (backends/cuda/fixed_base.py, the same table and the
+  same bytes), and a 2^24 key is bound by the CPU's QAP work and the disk instead.
 
 Section 10 records one contribution in snarkjs's layout (δ·G1 and a name that says where
 the secrets came from). Its circuit hash is left zero and its proof-of-knowledge fields
@@ -44,8 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends import Backend, get_backend
 from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
-from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, sparse_combinations
+from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, first_invalid_point, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g2_from_bytes
@@ -72,6 +75,7 @@ class SetupResult:
     domain_size: int
     test_only: bool
     contribution_name: str
+    backend: str = "cpu"  # what made the fixed-base points ("cpu" also for every .ptau key: see _FromPtau)
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -94,17 +98,7 @@ class Columns:
 
 
 def _columns(M: SparseMatrix, n_wires: int, extra_rows: np.ndarray | None = None, extra_cols: np.ndarray | None = None, one: np.ndarray | None = None) -> Columns:
-    rows = np.repeat(np.arange(M.n_rows, dtype=np.int64), np.diff(M.row_ptr))
-    cols = M.col.astype(np.int64)
-    values = M.values
-    if extra_rows is not None:
-        rows = np.concatenate([rows, extra_rows])
-        cols = np.concatenate([cols, extra_cols])
-        values = np.concatenate([values, np.broadcast_to(one, (extra_rows.size, values.shape[1]))])
-    order = np.argsort(cols, kind="stable")
-    indptr = np.zeros(n_wires + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cols, minlength=n_wires), out=indptr[1:])
-    return Columns(indptr, rows[order], np.ascontiguousarray(values[order]))
+    return Columns(*csr_to_columns(M.row_ptr, M.col, M.values, n_wires, extra_rows, extra_cols, one))
 
 
 def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:
@@ -120,19 +114,30 @@ def _wire_columns(r1cs: R1CS) -> tuple[Columns, Columns, Columns]:
 
 
 def coefficient_section(r1cs: R1CS) -> np.ndarray:
-    """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R²."""
+    """Section 4 in snarkjs's order: per constraint its A then B entries, then the public A-rows; values c·R².
+
+    No sort: both matrices are already in row order, so constraint c's A entries start at
+    A.row_ptr[c] + B.row_ptr[c] and its B entries right after them.
+    """
     A, B = r1cs.A, r1cs.B
     m, p = r1cs.n_constraints, r1cs.n_public
     public = np.arange(p + 1, dtype=np.uint32)
-    matrix = np.concatenate([np.zeros(A.nnz, np.uint32), np.ones(B.nnz, np.uint32)])
-    constraint = np.concatenate([np.repeat(np.arange(m, dtype=np.uint32), np.diff(M.row_ptr)) for M in (A, B)])
-    order = np.lexsort((matrix, constraint))  # stable: each row keeps the file's order
-    out = np.empty(matrix.size + p + 1, dtype=coeff_dtype(r1cs.curve.Fr.n8))
-    out["matrix"] = np.concatenate([matrix[order], np.zeros(p + 1, np.uint32)])
-    out["constraint"] = np.concatenate([constraint[order], m + public])
-    out["signal"] = np.concatenate([np.concatenate([A.col, B.col])[order], public])
-    values = np.concatenate([np.concatenate([A.values, B.values])[order], ints_to_limbs([1] * (p + 1), r1cs.curve.Fr.limbs32)])
-    out["value"] = encode_coeff_values(r1cs.curve, values)
+    a_ptr, b_ptr = A.row_ptr.astype(np.int64), B.row_ptr.astype(np.int64)
+    a_row = np.repeat(np.arange(m, dtype=np.uint32), np.diff(a_ptr))
+    b_row = np.repeat(np.arange(m, dtype=np.uint32), np.diff(b_ptr))
+    a_pos = np.arange(A.nnz, dtype=np.int64) + b_ptr[a_row]
+    b_pos = np.arange(B.nnz, dtype=np.int64) + a_ptr[b_row.astype(np.int64) + 1]
+    out = np.empty(A.nnz + B.nnz + p + 1, dtype=coeff_dtype(r1cs.curve.Fr.n8))
+    body = out[: A.nnz + B.nnz]
+    body["matrix"][a_pos], body["matrix"][b_pos] = 0, 1
+    body["constraint"][a_pos], body["constraint"][b_pos] = a_row, b_row
+    body["signal"][a_pos], body["signal"][b_pos] = A.col, B.col
+    values = np.empty((A.nnz + B.nnz, A.values.shape[1]), dtype=np.uint32)
+    values[a_pos], values[b_pos] = A.values, B.values
+    del a_row, b_row, a_pos, b_pos
+    tail = out[A.nnz + B.nnz :]
+    tail["matrix"], tail["constraint"], tail["signal"] = 0, m + public, public
+    out["value"] = encode_coeff_values(r1cs.curve, np.concatenate([values, ints_to_limbs([1] * (p + 1), r1cs.curve.Fr.limbs32)]))
     return out
 
 
@@ -199,10 +204,11 @@ def _add(curve: Curve, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # The two ways to the points.
 
 
-def _chunks(compute: Callable[[int, int], np.ndarray], n: int, on_done: Callable[[], None] | None = None) -> Iterator[np.ndarray]:
-    """Yield compute(lo, hi) over [0, n) in CHUNK_POINTS pieces (a section streams to the file)."""
-    for lo in range(0, n, CHUNK_POINTS):
-        yield compute(lo, min(n, lo + CHUNK_POINTS))
+def _chunks(compute: Callable[[int, int], np.ndarray], n: int, on_done: Callable[[], None] | None = None,
+            chunk: int = CHUNK_POINTS) -> Iterator[np.ndarray]:
+    """Yield compute(lo, hi) over [0, n) in pieces of ``chunk`` points (a section streams to the file)."""
+    for lo in range(0, n, chunk):
+        yield compute(lo, min(n, lo + chunk))
     if on_done is not None:
         on_done()
 
@@ -220,6 +226,9 @@ class _Sections:
         self.timings = timings
         self._clock = time.perf_counter()
 
+    def close(self) -> None:
+        """Give back what the sections held outside host memory (device tables)."""
+
     def _lap(self, name: str) -> Callable[[], None]:
         def done() -> None:
             now = time.perf_counter()
@@ -229,10 +238,21 @@ class _Sections:
         return done
 
 
+def _fixed_base_tables(backend: Backend) -> tuple[Callable, int]:
+    """A FixedBaseTable-like constructor (curve, group, base, n_scalars) for ``backend`` (the GPU's or the
+    CPU's), and the points per chunk it wants (a GPU launch must be large to fill the device)."""
+    if backend.name == "cuda":
+        from ..backends.cuda.fixed_base import CudaFixedBaseTable
+
+        return (lambda curve, group, base, n: CudaFixedBaseTable(curve, group, base, n, backend.runtime, vram=backend.vram),
+                CudaFixedBaseTable.chunk_points)
+    return FixedBaseTable, FixedBaseTable.chunk_points
+
+
 class _FromToxicWaste(_Sections):
     """τ, α, β known: every point is a fixed-base multiple of a generator."""
 
-    def __init__(self, r1cs: R1CS, log_n: int, timings: dict[str, float]):
+    def __init__(self, r1cs: R1CS, log_n: int, timings: dict[str, float], tables: Callable = FixedBaseTable):
         curve = r1cs.curve
         n = 1 << log_n
         while True:
@@ -257,47 +277,70 @@ class _FromToxicWaste(_Sections):
 
         t = time.perf_counter()
         n_g1 = 3 * r1cs.n_wires + n
-        self.g1 = FixedBaseTable(curve, 1, G1.generator, n_g1)
-        self.g2 = FixedBaseTable(curve, 2, G2.generator, r1cs.n_wires)
+        self.g1 = self.g2 = None
+        try:
+            self.g1 = tables(curve, 1, G1.generator, n_g1)
+            self.g2 = tables(curve, 2, G2.generator, r1cs.n_wires)
+        except BaseException:
+            self.close()  # e.g. the G2 table did not fit in VRAM: give the G1 one back
+            raise
         timings["tables"] = time.perf_counter() - t
         self._clock = time.perf_counter()
 
+    def close(self) -> None:
+        for table in (self.g1, self.g2):
+            if table is not None and hasattr(table, "free"):
+                table.free()
+
+    def _g1(self, compute, n: int, name: str):
+        return _chunks(compute, n, self._lap(name), self.g1.chunk_points)
+
     def ic(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.k[lo:hi]), self.n_public + 1, self._lap("ic"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.k[lo:hi]), self.n_public + 1, "ic")
 
     def a(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.u[lo:hi]), self.r1cs.n_wires, self._lap("a"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.u[lo:hi]), self.r1cs.n_wires, "a")
 
     def b1(self):
-        return _chunks(lambda lo, hi: self.g1.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b1"))
+        return self._g1(lambda lo, hi: self.g1.mul(self.v[lo:hi]), self.r1cs.n_wires, "b1")
 
     def b2(self):
-        return _chunks(lambda lo, hi: self.g2.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b2"))
+        return _chunks(lambda lo, hi: self.g2.mul(self.v[lo:hi]), self.r1cs.n_wires, self._lap("b2"), self.g2.chunk_points)
 
     def c(self):
         d_inv = pow(self.delta, -1, self.curve.r)
         first = self.n_public + 1
-        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.k[first + lo : first + hi], d_inv, False)), self.r1cs.n_wires - first, self._lap("c"))
+        return self._g1(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.k[first + lo : first + hi], d_inv, False)), self.r1cs.n_wires - first, "c")
 
     def h(self):
         d_inv = pow(self.delta, -1, self.curve.r)
-        return _chunks(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.h_lagrange[lo:hi], d_inv, True)), 1 << self.log_n, self._lap("h"))
+        return self._g1(lambda lo, hi: self.g1.mul(_scaled(self.curve, self.h_lagrange[lo:hi], d_inv, True)), 1 << self.log_n, "h")
 
 
 class _FromPtau(_Sections):
-    """A ceremony's Lagrange-basis points: every point is a sparse combination of them."""
+    """A ceremony's Lagrange-basis points: every point is a sparse combination of them.
+
+    These are variable-base sums (Straus, on the CPU whatever the backend): short sums of
+    small coefficients, far cheaper per point than the fixed-base path's full-size scalars.
+    """
 
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
         super().__init__(r1cs, log_n, _random_scalar(r1cs.curve), timings)
         curve = r1cs.curve
-        self.alpha1 = g1_from_bytes(curve, ptau.alpha_g1().tobytes())
-        self.beta1 = g1_from_bytes(curve, ptau.beta_g1().tobytes())
-        self.beta2 = g2_from_bytes(curve, ptau.beta_g2().tobytes())
-        self.tau_g1 = ptau.lagrange("tau_g1", log_n)
-        self.tau_g2 = ptau.lagrange("tau_g2", log_n)
+
+        def valid(points: np.ndarray, what: str) -> np.ndarray:
+            return _valid_points(ptau, curve, points, what)
+
+        self.alpha1 = g1_from_bytes(curve, valid(ptau.alpha_g1()[None], "alpha·G1 (section alphaTauG1)").tobytes())
+        self.beta1 = g1_from_bytes(curve, valid(ptau.beta_g1()[None], "beta·G1 (section betaTauG1)").tobytes())
+        self.beta2 = g2_from_bytes(curve, valid(ptau.beta_g2()[None], "beta·G2 (section betaG2)").tobytes())
+        self.tau_g1 = valid(ptau.lagrange("tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange tauG1")
+        self.tau_g2 = valid(ptau.lagrange("tau_g2", log_n), f"the 2^{log_n} Lagrange basis of section lagrange tauG2")
+        alpha_tau = valid(ptau.lagrange("alpha_tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange alphaTauG1")
+        beta_tau = valid(ptau.lagrange("beta_tau_g1", log_n), f"the 2^{log_n} Lagrange basis of section lagrange betaTauG1")
         # One array for the C/IC combinations: [L·G1 | α·L·G1 | β·L·G1].
-        self.abc_g1 = np.concatenate([self.tau_g1, ptau.lagrange("alpha_tau_g1", log_n), ptau.lagrange("beta_tau_g1", log_n)])
-        self.h_basis = ptau.lagrange("tau_g1", log_n + 1)[1::2]
+        self.abc_g1 = np.concatenate([self.tau_g1, alpha_tau, beta_tau])
+        self.h_basis = valid(ptau.lagrange("tau_g1", log_n + 1), f"the 2^{log_n + 1} Lagrange basis of section lagrange tauG1")[1::2]
         self.cols = _wire_columns(r1cs)
         n = 1 << log_n
         # C_i/IC_i = Σ A[c][i]·β·L_c + B[c][i]·α·L_c + C[c][i]·L_c: merge the three column sets.
@@ -336,6 +379,14 @@ class _FromPtau(_Sections):
 
     def h(self):
         return _chunks(lambda lo, hi: self._over_delta(np.ascontiguousarray(self.h_basis[lo:hi])), 1 << self.log_n, self._lap("h"))
+
+
+def _valid_points(ptau: Ptau, curve: Curve, points: np.ndarray, what: str) -> np.ndarray:
+    """``points`` unchanged, or a SetupError naming the first one a corrupted file got wrong."""
+    bad = first_invalid_point(curve, points)
+    if bad is not None:
+        raise SetupError(f"{ptau.path}: {what}: point {bad[0]} {bad[1]} (a corrupted ceremony file?)")
+    return points
 
 
 def _merge_columns(parts: list[tuple[Columns, int]], n_wires: int) -> Columns:
@@ -380,21 +431,30 @@ def _contribution(curve: Curve, delta: int, name: str, cs_hash: bytes) -> ZKeyCo
     return ZKeyContribution(G1.mul(G1.generator, delta), g1_s, g1_sx, G2.mul(g2_sp, delta), transcript, 0, name)
 
 
-def working_memory(r1cs: R1CS, log_n: int) -> int:
-    """Bytes a setup holds at its peak, roughly: per-wire scalars and column copies, Lagrange vectors, tables."""
+def working_memory(r1cs: R1CS, log_n: int, chunk_points: int = CHUNK_POINTS) -> int:
+    """Bytes a setup holds at its peak: the r1cs, its columns by wire, per-wire scalars, Lagrange vectors, one chunk.
+
+    The point sections stream to the file chunk by chunk, so the peak grows with the circuit's
+    terms and wires (about 1.2 KB per BN254 constraint: 1.35 GiB measured at 2^20), not with
+    the key's size. ``chunk_points``: the fixed-base chunk (larger on a GPU).
+    """
     nnz = r1cs.A.nnz + r1cs.B.nnz + r1cs.C.nnz
-    fr = r1cs.curve.Fr.n8
+    fr, fq = r1cs.curve.Fr.n8, r1cs.curve.Fq.n8
     per_wire = 4 * fr + 4 * 8  # u, v, w, k and the column pointers
-    per_term = 2 * (8 + fr) + 12 + fr  # two column copies and the coefficient entry
-    return r1cs.n_wires * per_wire + nnz * per_term + (3 << log_n) * fr + (256 << 20)
+    per_term = (4 + fr) + 2 * (8 + fr) + 12 + fr  # the r1cs's entry, two column copies and the coefficient entry
+    per_row = 3 * 8  # the r1cs's row pointers
+    chunk = chunk_points * (2 * fr + 4 * 2 * fq)  # scalars in, G2 points out (and their copy into the file)
+    return r1cs.n_wires * per_wire + nnz * per_term + r1cs.n_constraints * per_row + (3 << log_n) * fr + chunk + (256 << 20)
 
 
-def _check_memory(r1cs: R1CS, log_n: int) -> None:
-    """Refuse up front what could never fit in this machine's memory (e.g. a header claiming 2^32 wires)."""
-    need = working_memory(r1cs, log_n)
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if need > total:
-        raise SetupError(f"{r1cs.path}: {r1cs.n_wires} wires and {r1cs.n_constraints} constraints need about {need / 2**30:.1f} GiB to set up, more than this machine's {total / 2**30:.1f} GiB")
+def _check_memory(r1cs: R1CS, log_n: int, chunk_points: int, budget: int | None, budget_source: str) -> None:
+    """Refuse up front what could never fit (e.g. a header claiming 2^32 wires), before any large allocation."""
+    need = working_memory(r1cs, log_n, chunk_points)
+    if budget is None:
+        budget, budget_source = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "this machine's physical memory"
+    if need > budget:
+        raise SetupError(f"{r1cs.path}: {r1cs.n_wires} wires and {r1cs.n_constraints} constraints need about {need / 2**30:.1f} GiB "
+                         f"to set up, more than the {budget / 2**30:.1f} GiB of {budget_source}")
 
 
 def setup(
@@ -403,8 +463,18 @@ def setup(
     *,
     ptau: str | os.PathLike | None = None,
     name: str | None = None,
+    backend: str | Backend = "cpu",
+    memory_budget: int | None = None,
+    memory_budget_source: str = "the memory budget",
 ) -> SetupResult:
-    """Write a Groth16 proving key for ``r1cs`` to ``zkey_path`` (see the module docstring)."""
+    """Write a Groth16 proving key for ``r1cs`` to ``zkey_path`` (see the module docstring).
+
+    ``backend``: "cpu", "cuda", "auto" (the GPU when there is one) or a Backend; with CUDA the
+    fixed-base points of a test-only key are computed on the device. ``memory_budget``: the
+    bytes this setup may hold (the CLI passes the memory plan's budget, the cgroup limit less
+    the margin); a circuit whose setup would need more is refused before anything large is
+    allocated. Without one, the bound is the machine's physical memory.
+    """
     timings: dict[str, float] = {}
     t = time.perf_counter()
     if not isinstance(r1cs, R1CS):
@@ -415,12 +485,16 @@ def setup(
     log_n = domain_power(r1cs.n_constraints, r1cs.n_public)
     if log_n + 1 > curve.fr_two_adicity:
         raise SetupError(f"{r1cs.path}: {r1cs.n_constraints} constraints need a 2^{log_n} domain, and {curve.name} has roots of unity only up to 2^{curve.fr_two_adicity} (H needs 2^{log_n + 1})")
-    _check_memory(r1cs, log_n)
-    coeffs = coefficient_section(r1cs)
+    if ptau is None:
+        backend = get_backend(backend) if isinstance(backend, str) else backend
+        tables, chunk_points = _fixed_base_tables(backend)
+    else:  # a .ptau key needs no fixed-base tables
+        backend, tables, chunk_points = None, None, CHUNK_POINTS
+    _check_memory(r1cs, log_n, chunk_points, memory_budget, memory_budget_source)
     timings["read"] = time.perf_counter() - t
 
     if ptau is None:
-        sections: _Sections = _FromToxicWaste(r1cs, log_n, timings)
+        sections: _Sections = _FromToxicWaste(r1cs, log_n, timings, tables)
         name = name or TEST_ONLY_NAME
         test_only = True
     else:
@@ -432,13 +506,22 @@ def setup(
         name = name or f"cuzk setup from {Path(ptau).name}"
         test_only = False
 
+    # After the sections' QAP work, whose column copies are gone by now: the two never coexist.
+    t = time.perf_counter()
+    coeffs = coefficient_section(r1cs)
+    timings["coefficients"] = time.perf_counter() - t
+    sections._clock = time.perf_counter()
     G1, G2 = curve.G1, curve.G2
     mpc = MPCParams(bytes(64), (_contribution(curve, sections.delta, name, bytes(64)),))
-    write_zkey(
-        zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
-        alpha1=sections.alpha1, beta1=sections.beta1, beta2=sections.beta2, gamma2=G2.generator,
-        delta1=G1.mul(G1.generator, sections.delta), delta2=G2.mul(G2.generator, sections.delta),
-        ic=sections.ic(), coeffs=coeffs, a=sections.a(), b1=sections.b1(), b2=sections.b2(),
-        c=sections.c(), h=sections.h(), mpc=mpc,
-    )  # fmt: skip
-    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name, timings)
+    try:
+        write_zkey(
+            zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
+            alpha1=sections.alpha1, beta1=sections.beta1, beta2=sections.beta2, gamma2=G2.generator,
+            delta1=G1.mul(G1.generator, sections.delta), delta2=G2.mul(G2.generator, sections.delta),
+            ic=sections.ic(), coeffs=coeffs, a=sections.a(), b1=sections.b1(), b2=sections.b2(),
+            c=sections.c(), h=sections.h(), mpc=mpc,
+        )  # fmt: skip
+    finally:
+        sections.close()
+    return SetupResult(Path(zkey_path), curve, r1cs.n_constraints, r1cs.n_wires, r1cs.n_public, 1 << log_n, test_only, name,
+                       backend.name if backend is not None else "cpu", timings)
