@@ -1,4 +1,8 @@
-"""Build (once) and cache the benchmark ladder: synthetic circuits of 2^16, 2^18, 2^20 (2^22, 2^24) constraints.
+"""Build (once) and cache the benchmark ladder: synthetic circuits on domains of 2^16, 2^18, 2^20 (2^22, 2^24).
+
+Rung 2^k has 2^k − public − 1 constraints, the most a 2^k domain holds (snarkjs sizes the
+domain for constraints + public inputs + 1), as circuits are sized in practice: exactly 2^k
+constraints would double every NTT and the H section for a handful of rows.
 
 Each rung is a directory ``<cache>/<curve>/2^k/`` holding ``circuit.r1cs``, ``witness.wtns``,
 ``public.json``, a test-only ``circuit.zkey`` from ``cuzk setup`` and its
@@ -81,7 +85,7 @@ def finish_warm_up(warm_up: subprocess.Popen | None) -> None:
 def build_rung(curve: Curve, log_n: int, root: Path, prove: bool, backend: str, memory_budget: int | None = None,
                warm_up: subprocess.Popen | None = None) -> dict:
     rung = root / curve.name / f"2^{log_n}"
-    n = 1 << log_n
+    n = (1 << log_n) - N_PUBLIC - 1
     wanted = {"curve": curve.name, "constraints": n, "public": N_PUBLIC, "seed": SEED}
     record_path = rung / "rung.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {}
