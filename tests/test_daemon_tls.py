@@ -65,8 +65,10 @@ def test_plaintext_and_untrusting_clients_are_refused(tls_daemon):
     other, _ = self_signed(d, "other")
     with Client(daemon.tcp, token=TOKEN, tls_ca=other, restart_grace=0.5) as untrusting, pytest.raises(DaemonUnavailable):
         untrusting.status()  # a certificate the client does not trust
+    not_pem = d / "not-a-certificate.zkey"
+    not_pem.write_bytes(b"zkey\x01\x00\x00\x00")
     with pytest.raises(ValueError, match="no PEM certificate"):
-        Client(daemon.tcp, token=TOKEN, tls_ca=d / "circuits" / "small" / "circuit.zkey")
+        Client(daemon.tcp, token=TOKEN, tls_ca=not_pem)
 
 
 def test_cli_status_over_tls(tls_daemon, capsys, monkeypatch):
