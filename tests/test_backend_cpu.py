@@ -325,6 +325,32 @@ def test_synthesis_matches_naive_evaluation(name):
     assert from_mont_rows(F, b) == want[1]
 
 
+def test_synthesis_sums_unsorted_entries_with_uneven_rows():
+    """Entries in random order, one row holding most of them (task boundaries must move to row starts),
+    rows beyond the tasks: the same sums as the naive loop, on the first call and on the cached order."""
+    from cuzk.backends.cpu.synth import evaluate_ab
+    from cuzk.formats.zkey import coeff_dtype
+
+    F, rng, domain, n_vars = BN254.Fr, np.random.default_rng(7), 16, 9
+    n = 400
+    coeffs = np.zeros(n, dtype=coeff_dtype(F.n8))
+    coeffs["matrix"] = rng.integers(0, 2, n)
+    coeffs["constraint"] = np.where(rng.random(n) < 0.7, 3, rng.integers(0, domain, n))
+    coeffs["signal"] = rng.integers(0, n_vars, n)
+    values = [int(v) for v in rng.integers(0, 2**62, n)]
+    values[:5] = [F.p - 1] * 5
+    coeffs["value"] = ints_to_limbs(values, F.n8 // 4)
+    w = [F.p - 1, 0, 1] + [int(v) for v in rng.integers(0, 2**62, n_vars - 3)]
+    r2_inv = pow(F.R * F.R, -1, F.p)
+    want = [[0] * domain, [0] * domain]
+    for m, row, sig, v in zip(coeffs["matrix"].tolist(), coeffs["constraint"].tolist(), coeffs["signal"].tolist(), values):
+        want[m][row] = (want[m][row] + v * r2_inv % F.p * w[sig]) % F.p
+    for _ in range(2):
+        a, b = evaluate_ab(BN254, coeffs, ints_to_limbs(w, F.n8 // 4), domain)
+        assert from_mont_rows(F, a) == want[0]
+        assert from_mont_rows(F, b) == want[1]
+
+
 def test_synthesis_rejects_out_of_range_entries():
     from cuzk.backends.cpu.synth import SynthesisInputError, evaluate_ab
     from cuzk.formats.zkey import coeff_dtype

@@ -2,12 +2,18 @@
 
 Each stored coefficient is c·R² mod r (snarkjs), and the witness is in standard form, so
 one Montgomery product mont(c·R², w) = c·w·R is already the Montgomery form of c·w.
-Rows are scattered through the section, so each parallel task owns one matrix and a
-range of rows and scans the whole section, multiplying only its own entries: no two
-tasks ever write the same row, and the scan is cheap next to the products.
+Rows are scattered through the section (snarkjs does not sort it), so the first synthesis
+with a key orders its entries by (matrix, row) once — a uint32 permutation, kept while the
+key's coefficient array lives — and each parallel task then sums one contiguous run of
+whole rows: no two tasks write the same row, and no task reads entries it does not use
+(a scan of the whole section per task cost more than the products on a many-core host).
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -18,30 +24,40 @@ from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_m
 
 
 @njit(cache=True)
-def _accumulate(entries, witness, out, matrix, lo, hi, fc):
+def _accumulate(entries, order, first, stop, witness, out, fc):
+    """out[matrix, row] += value · witness[signal] for the entries order[first:stop]."""
     n_limbs = witness.shape[1]
     scratch = _stack_array(fc.p, 2, 0)
     value, product = scratch[0], scratch[1]
-    for e in range(entries.shape[0]):
-        if entries[e, 0] != matrix:
-            continue
-        row = entries[e, 1]
-        if row < lo or row >= hi:
-            continue
+    for i in range(first, stop):
+        e = order[i]
         for k in range(n_limbs):
             value[k] = np.uint64(entries[e, 3 + 2 * k]) | (np.uint64(entries[e, 4 + 2 * k]) << np.uint64(32))
+        target = out[entries[e, 0], entries[e, 1]]
         fp_mul(value, witness[entries[e, 2]], product, fc)
-        fp_add(out[matrix, row], product, out[matrix, row], fc)
+        fp_add(target, product, target, fc)
 
 
 @njit(cache=True, parallel=True)
-def _evaluate(entries, witness, out, ranges, fc):
+def _evaluate(entries, order, starts, witness, out, fc):
     p, pinv, one, r2, pm2 = fc
-    n_ranges = ranges.shape[0] - 1
-    for t in prange(2 * n_ranges):
-        matrix = t % 2
-        r = t // 2
-        _accumulate(entries, witness, out, matrix, ranges[r], ranges[r + 1], FieldConsts(p, pinv, one, r2, pm2))
+    for t in prange(starts.shape[0] - 1):
+        _accumulate(entries, order, starts[t], starts[t + 1], witness, out, FieldConsts(p, pinv, one, r2, pm2))
+
+
+@njit(cache=True)
+def _task_starts(entries, order, n_tasks):
+    """n_tasks + 1 boundaries into ``order`` of about equal work, each at the start of a row."""
+    n = order.shape[0]
+    starts = np.empty(n_tasks + 1, dtype=np.int64)
+    starts[0] = 0
+    for t in range(1, n_tasks):
+        i = max(starts[t - 1], (n * t) // n_tasks)
+        while 0 < i < n and entries[order[i], 0] == entries[order[i - 1], 0] and entries[order[i], 1] == entries[order[i - 1], 1]:
+            i -= 1
+        starts[t] = max(i, starts[t - 1])
+    starts[n_tasks] = n
+    return starts
 
 
 class SynthesisInputError(ValueError):
@@ -66,6 +82,37 @@ def _checked_entries(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size:
     return read_only(np.ascontiguousarray(coeffs).view(np.uint32).reshape(len(coeffs), 3 + limbs))
 
 
+class _RowOrder(NamedTuple):
+    entries: np.ndarray  # the checked section, (n, 3 + limbs) uint32
+    order: np.ndarray  # uint32 entry indices sorted by (matrix, row)
+    n_vars: int
+    domain_size: int
+
+
+_row_orders: dict[int, tuple[weakref.ref, _RowOrder]] = {}
+_row_orders_lock = threading.Lock()
+
+
+def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> _RowOrder:
+    """The checked entries of ``coeffs`` and their (matrix, row) order, made once per coefficient array."""
+    key = id(coeffs)
+    with _row_orders_lock:
+        hit = _row_orders.get(key)
+    if hit is not None and hit[0]() is coeffs and hit[1].n_vars == n_vars and hit[1].domain_size == domain_size:
+        return hit[1]
+    entries = _checked_entries(curve, coeffs, n_vars, domain_size)
+    rows = entries[:, 0].astype(np.int64) * domain_size + entries[:, 1]
+    made = _RowOrder(entries, read_only(np.argsort(rows, kind="stable").astype(np.uint32)), n_vars, domain_size)
+    del rows
+    try:
+        ref = weakref.ref(coeffs, lambda _, key=key, table=_row_orders: table.pop(key, None))
+    except TypeError:  # not weak-referenceable: use it once
+        return made
+    with _row_orders_lock:
+        _row_orders[key] = (ref, made)
+    return made
+
+
 def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_size: int) -> tuple[np.ndarray, np.ndarray]:
     """(A, B) evaluation vectors, (domain_size, limbs) uint32 Montgomery form.
 
@@ -74,9 +121,9 @@ def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_si
     """
     n_limbs64 = curve.Fr.n8 // 8
     w = fr_rows(curve, witness, "witness")
-    entries = _checked_entries(curve, coeffs, w.shape[0], domain_size)
+    rows = _row_order(curve, coeffs, w.shape[0], domain_size)
     out = np.zeros((2, domain_size, n_limbs64), dtype=np.uint64)
-    n_ranges = max(1, numba.get_num_threads() // 2)
-    ranges = np.linspace(0, domain_size, n_ranges + 1).astype(np.int64)
-    _evaluate(entries, w, out, ranges, field_consts(curve.Fr))
+    n_tasks = max(1, 4 * numba.get_num_threads())  # a few per thread: rows are uneven
+    starts = _task_starts(rows.entries, rows.order, n_tasks)
+    _evaluate(rows.entries, rows.order, starts, w, out, field_consts(curve.Fr))
     return as_u32(out[0]), as_u32(out[1])
