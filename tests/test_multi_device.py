@@ -1,4 +1,4 @@
-"""Proving devices: the VRAM tier of the key manager, one proving worker per device, a failing device.
+"""Proving devices: the VRAM tier of the key manager, one proving worker per device, a failing device, a poison job.
 
 The default tests emulate devices with the CUDA backend's host runtime (the real kernels built
 for the CPU): two CudaBackends on HostRuntime are two devices with their own VRAM budgets.
@@ -20,8 +20,9 @@ from conftest import REPO, snarkjs_verify
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler, is_device_error
 from cuzk.circuits.synthetic import synthesize, write_synthetic
-from cuzk.curves import BN254
+from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import Engine, EngineConfig, JobState
+from cuzk.engine.pipeline import device_self_test
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys, bases_bytes, proof_vram_bytes
@@ -57,6 +58,51 @@ class FailingRuntime(HostRuntime):
 
     def launch(self, *args, **kwargs):
         raise CudaBackendError("emulated device fault: an illegal memory access was encountered")
+
+
+POISON_DOMAIN = 256  # the "poison" circuit's FFT domain; the test circuits "one" and "two" have 64
+
+
+class NttBugRuntime(HostRuntime):
+    """A kernel bug hit by one input: NTT launches over POISON_DOMAIN or more elements fail, on every device.
+
+    ``sticky``: the first such failure breaks the device for good, as an illegal address does to a CUDA context.
+    """
+
+    def __init__(self, sticky: bool = False):
+        super().__init__()
+        self.sticky = sticky
+        self.broken = False
+
+    def launch(self, module, kernel, grid, block, args, shared_bytes=0):
+        if self.broken:
+            raise CudaBackendError("emulated sticky fault: an illegal memory access was encountered")
+        if kernel.startswith("ntt") and any(isinstance(a, np.ndarray) and a.shape[0] >= POISON_DOMAIN for a in args):
+            self.broken = self.sticky
+            raise CudaBackendError(f"emulated kernel bug: {kernel} hit an illegal memory access")
+        return super().launch(module, kernel, grid, block, args, shared_bytes)
+
+
+class OnceFailingRuntime(HostRuntime):
+    """A device whose first launch fails and every later one works: a transient fault."""
+
+    failed = False
+
+    def launch(self, *args, **kwargs):
+        if not self.failed:
+            self.failed = True
+            raise CudaBackendError("emulated transient fault: unspecified launch failure")
+        return super().launch(*args, **kwargs)
+
+
+class CorruptingRuntime(HostRuntime):
+    """A device that computes but returns wrong bits."""
+
+    @staticmethod
+    def to_host(arr):
+        out = np.array(arr)
+        out.reshape(-1)[0] ^= 1
+        return out
 
 
 def need_bytes(zkey, backend) -> int:
@@ -219,6 +265,16 @@ def test_a_proof_stopped_early_gives_back_its_staging_buffers_and_vram(circuits)
 
 
 # ---------------------------------------------------------------- engine: one worker per device
+@pytest.fixture(scope="module")
+def poison(tmp_path_factory) -> tuple[Path, Path]:
+    """A circuit whose domain (POISON_DOMAIN) trips NttBugRuntime: (zkey, wtns)."""
+    d = tmp_path_factory.mktemp("poison")
+    r1cs, wtns = write_synthetic(d, synthesize(BN254, 150, n_public=2, seed=9))
+    setup(r1cs, d / "circuit.zkey")
+    assert read_zkey(d / "circuit.zkey").domain_size == POISON_DOMAIN
+    return d / "circuit.zkey", wtns
+
+
 def engine_with(tmp_path, circuits, backends, **config) -> Engine:
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,
                                  synth_workers=2, keys={n: str(z) for n, (z, _) in circuits.items()}, **config),
@@ -257,6 +313,7 @@ def test_a_failing_device_sends_its_jobs_to_the_healthy_one(circuits, tmp_path):
             if not workers[0]["healthy"]:
                 break
         assert not workers[0]["healthy"] and "illegal memory access" in workers[0]["error"]
+        assert "self-test failed" in workers[0]["error"]
         assert workers[1]["healthy"]
         records.append(engine.await_result(engine.submit("one", witness), timeout=300))  # only device 1 is left
     assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
@@ -268,10 +325,69 @@ def test_with_no_healthy_device_left_the_job_fails_with_the_device_error(circuit
     assert record.state is JobState.FAILED and "illegal memory access" in record.error
 
 
+@pytest.mark.parametrize("runtime, problem", [
+    (HostRuntime, None),
+    (FailingRuntime, "illegal memory access"),
+    (CorruptingRuntime, "differs from the reference"),
+])
+def test_the_device_self_test_passes_on_a_working_device_and_names_what_fails(runtime, problem):
+    result = device_self_test(emulated(0, runtime=runtime()))
+    assert result is None if problem is None else problem in result
+
+
+def proving_workers(engine) -> list[dict]:
+    return [w for w in engine.status()["workers"] if w["kind"] == "proving"]
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_a_poison_job_fails_after_its_device_errors_and_every_device_keeps_proving(circuits, poison, tmp_path, limit):
+    devices = [emulated(0, runtime=NttBugRuntime()), emulated(1, runtime=NttBugRuntime())]
+    with engine_with(tmp_path, {**circuits, "poison": poison}, devices, device_errors_per_job=limit) as engine:
+        bad = engine.await_result(engine.submit("poison", poison[1].read_bytes()), timeout=300)
+        workers = proving_workers(engine)
+        good = [engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300) for _ in range(2)]
+    assert bad.state is JobState.FAILED
+    assert f"it hit {limit} CUDA error" in bad.error and f"device_errors_per_job = {limit}" in bad.error
+    assert bad.error.count("emulated kernel bug: ntt") == limit and "likely triggers a kernel bug" in bad.error
+    assert all(w["healthy"] for w in workers) and sum(w["device_errors"] for w in workers) == limit
+    assert all("self-test passed" in w["error"] for w in workers if w["device_errors"])
+    assert [r.state for r in good] == [JobState.DONE] * 2, [r.error for r in good]
+
+
+def test_a_poison_job_that_breaks_devices_takes_down_at_most_two(circuits, poison, tmp_path):
+    devices = [emulated(d, runtime=NttBugRuntime(sticky=True)) for d in range(3)]
+    with engine_with(tmp_path, {**circuits, "poison": poison}, devices) as engine:
+        bad = engine.await_result(engine.submit("poison", poison[1].read_bytes()), timeout=300)
+        good = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
+        workers = proving_workers(engine)
+    down = [w for w in workers if not w["healthy"]]
+    assert bad.state is JobState.FAILED and "it hit 2 CUDA errors" in bad.error
+    assert [f"device {w['device']}:" in bad.error for w in down] == [True, True]  # two different devices, both named
+    assert bad.error.count("self-test failed: CudaBackendError: emulated sticky fault") == 2
+    assert all("self-test failed" in w["error"] for w in down)
+    assert good.state is JobState.DONE, good.error
+    assert [w["jobs_done"] for w in workers if w["healthy"]] == [1]  # the third device proved the next job
+
+
+def test_a_transient_device_error_requeues_the_job_and_keeps_the_device(circuits, tmp_path):
+    with engine_with(tmp_path, circuits, [emulated(0, runtime=OnceFailingRuntime())]) as engine:
+        record = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
+        [worker] = proving_workers(engine)
+    assert record.state is JobState.DONE, record.error
+    assert worker["healthy"] and worker["device_errors"] == 1 and worker["jobs_done"] == 1
+    assert "unspecified launch failure" in worker["error"] and "self-test passed" in worker["error"]
+
+
 def test_device_errors_are_told_from_input_errors():
     assert is_device_error(CudaBackendError("launch failed"))
     assert not is_device_error(ValueError("witness has 3 values but the circuit has 4 signals"))
     assert not is_device_error(MemoryError())
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True, "2"])
+def test_device_errors_per_job_must_be_a_positive_count(tmp_path, limit):
+    with pytest.raises(ValueError, match="device_errors_per_job"):
+        EngineConfig(data_dir=tmp_path, device_errors_per_job=limit)
 
 
 @pytest.mark.parametrize("devices", [[], [0, 0], [-1], "some", [True]])
@@ -341,6 +457,15 @@ def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
     assert small.msm_plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
     assert small.msm_g1(BN254, zkey.a, scalars) == want
     resident.free()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("curve", [BN254, BLS12_381], ids=["bn254", "bls12_381"])
+def test_gpu_every_device_passes_the_self_test(curve):
+    _gpu_or_skip()
+    from cuzk.backends.cuda import cupy_device_count
+
+    assert [device_self_test(CudaBackend(device=d), curve) for d in range(cupy_device_count())] == [None] * cupy_device_count()
 
 
 @pytest.mark.gpu

@@ -49,9 +49,14 @@ synthesized jobs; one proving thread per backend device (``devices``: "all" CUDA
 sees — after CUDA_VISIBLE_DEVICES — or a list of ordinals), each taking the next synthesized
 job when it is free, so the devices share the load. Each device has its own CudaBackend,
 VRAM budget and resident keys (``KeyManager.on_device``); its copies are staged through one
-pinned pool charged to the host budget. A CUDA error on a device marks that worker unhealthy
-(status) and sends its job back to the queue for the other devices; only when no healthy
-device is left does a job fail with the error. A synthesis worker takes a new job
+pinned pool charged to the host budget. After a CUDA error the worker runs a tiny self-test on
+its device (``device_self_test``: an NTT and a G1 MSM against the reference arithmetic), which
+tells a sick device from a job that trips a kernel bug: a device that fails it is marked
+unhealthy (status, with the error) and its worker stops for good; one that passes keeps
+proving. The job goes back to the queue for any healthy device until it has hit
+``device_errors_per_job`` CUDA errors in all (on whichever devices) or no healthy device is
+left; then it fails with a reason naming each device, error and self-test outcome, so a
+poison job takes at most that many devices down. A synthesis worker takes a new job
 only while fewer than ``synth_workers`` synthesized jobs wait, so synthesis of the next job
 overlaps the current proof without running ahead of memory. Admission is serialized (one
 job at a time waits for memory) so two half-admitted jobs can never wait on each other; a
@@ -81,8 +86,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ..backends.cuda.modules import is_device_error
+from ..curves import BN254, Curve
+from ..curves.ec import Point
+from ..curves.serialize import g1_to_bytes
 from ..formats.json_io import proof_to_json
+from ..formats.limbs import ints_to_limbs
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.device import can_hold_keys
@@ -134,6 +145,7 @@ class EngineConfig:
     result_ttl_s: float = 24 * 3600.0
     result_max_bytes: int = 64 * MiB
     max_attempts: int = 3
+    device_errors_per_job: int = 2  # CUDA errors (on any devices) after which a job fails instead of being requeued
     keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
     r1cs: dict[str, str] = field(default_factory=dict)  # name → .r1cs path (optional satisfaction check)
     reconcile: bool = True  # run the memory reconciler on an engine-made budget
@@ -147,6 +159,9 @@ class EngineConfig:
             raise ValueError(f"synth_workers must be at least 1, got {self.synth_workers}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        limit = self.device_errors_per_job
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"device_errors_per_job must be a whole number of at least 1, got {limit!r}")
         if self.key_tier not in ("hot", "warm"):
             raise ValueError(f"key_tier must be 'hot' or 'warm', got {self.key_tier!r}")
         if self.housekeeping_interval_s <= 0:
@@ -169,6 +184,70 @@ class EngineConfig:
                 value = parse_size(value)
             out[key] = value
         return cls(**out)
+
+
+@dataclass(frozen=True)
+class _SelfTestCase:
+    """Inputs of the device self-test on one curve and the results the reference arithmetic gives."""
+
+    values: np.ndarray  # Fr rows, Montgomery form
+    transformed: np.ndarray  # their NTT, Montgomery form
+    bases: np.ndarray  # i·G for i = 1..n, G1 layout
+    scalars: np.ndarray  # standard form, the largest ones included
+    msm: Point  # (Σ i·s_i)·G
+
+
+_SELF_TEST_LOG_N = 3  # 8 elements: a handful of launches, milliseconds on a GPU and on the host emulation
+_self_test_cases: dict[str, _SelfTestCase] = {}
+_self_test_lock = threading.Lock()
+
+
+def _self_test_case(curve: Curve) -> _SelfTestCase:
+    with _self_test_lock:
+        case = _self_test_cases.get(curve.name)
+        if case is None:
+            case = _self_test_cases[curve.name] = _make_self_test_case(curve)
+        return case
+
+
+def _make_self_test_case(curve: Curve) -> _SelfTestCase:
+    Fr, G, r, n = curve.Fr, curve.G1, curve.r, 1 << _SELF_TEST_LOG_N
+    values = [r - 1 - 7 * i for i in range(n)]
+    w = curve.fr_root_of_unity(_SELF_TEST_LOG_N)
+    transformed = [sum(v * pow(w, i * j, r) for j, v in enumerate(values)) % r for i in range(n)]
+    scalars = [r - 1 - 3 * i if i % 2 else i for i in range(n)]
+    points, acc = [], G.generator
+    for _ in range(n):
+        points.append(acc)
+        acc = G.add(acc, G.generator)
+    bases = np.frombuffer(b"".join(g1_to_bytes(curve, P) for P in points), dtype="<u4").reshape(n, 2, curve.Fq.limbs32)
+    return _SelfTestCase(
+        values=ints_to_limbs([Fr.to_mont(v) for v in values], Fr.limbs32),
+        transformed=ints_to_limbs([Fr.to_mont(v) for v in transformed], Fr.limbs32),
+        bases=bases.copy(), scalars=ints_to_limbs(scalars, Fr.limbs32),
+        msm=G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % r))
+
+
+def device_self_test(backend, curve: Curve = BN254) -> str | None:
+    """Run a tiny NTT and G1 MSM on ``backend``; None when both equal the reference, else what went wrong.
+
+    After a CUDA error this tells a sick device from a job whose input trips a kernel bug. A
+    sticky CUDA error (an illegal address, say) leaves the device's context unusable, so every
+    launch here fails too and the device is rightly taken out of service.
+    """
+    case = _self_test_case(curve)
+    try:
+        if not np.array_equal(np.asarray(backend.ntt(curve, case.values)), case.transformed):
+            return "an NTT of 8 elements differs from the reference"
+        if not curve.G1.eq(backend.msm_g1(curve, case.bases, case.scalars), case.msm):
+            return "a G1 MSM of 8 points differs from the reference"
+    except Exception as exc:  # noqa: BLE001 — any failure here is the device's
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _self_test_outcome(problem: str | None) -> str:
+    return "self-test passed" if problem is None else f"self-test failed: {problem}"
 
 
 class _StagingBuffers:
@@ -213,6 +292,7 @@ class _Job:
         self.loads_at_start = 0
         self.lock = threading.Lock()
         self.requeues = 0  # times a device failed under it and it went back to the queue
+        self.device_errors: list[tuple[str, str, str | None]] = []  # (device, CUDA error, self-test problem or None)
 
     def cancelled(self) -> bool:
         return self.interrupted or self.cancel_requested.is_set()
@@ -356,7 +436,7 @@ class Engine:
     def _spawn(self, name: str, target, kind: str, backend) -> None:
         self._workers[name] = {"name": name, "kind": kind, "backend": getattr(backend, "name", None), "job": None,
                                "device": getattr(getattr(backend, "vram", None), "device", None), "healthy": True, "error": None,
-                               "jobs_done": 0}
+                               "device_errors": 0, "jobs_done": 0}
         args = (name, backend) if kind == "proving" else (name,)
         t = threading.Thread(target=target, args=args, name=f"cuzk-{name}", daemon=True)
         self._threads.append(t)
@@ -601,35 +681,69 @@ class Engine:
                 result = self._prove(job, backend)
             except BaseException as exc:  # noqa: BLE001
                 worker["job"] = None
-                if is_device_error(exc) and self._device_failed(name, job, exc):
-                    return  # this worker stops; the job went back to the queue for the healthy devices
-                self._end_with(job, exc)
+                if not is_device_error(exc):
+                    self._end_with(job, exc)
+                elif not self._device_error(name, backend, job, exc):
+                    return  # the device failed its self-test: this worker stops for good
             else:
                 worker["job"] = None
                 worker["jobs_done"] += 1
                 self._finish(job, JobState.DONE, **result)
 
-    def _device_failed(self, name: str, job: _Job, exc: BaseException) -> bool:
-        """A CUDA error on worker ``name``: mark it unhealthy and requeue ``job`` when another device is healthy.
+    def _device_error(self, name: str, backend, job: _Job, exc: BaseException) -> bool:
+        """A CUDA error on worker ``name`` while proving ``job``: self-test the device, then requeue or fail the job.
 
-        The job's synthesis was consumed by the failed attempt, so it goes back to the synthesis
-        queue (its key lease and working set are released and taken again). False when no healthy
-        device is left: the job then fails with the error and this worker carries on.
+        A device that fails the self-test is marked unhealthy; one that passes keeps proving (the
+        job's input, not the device, is then the likely trigger). The job, whose synthesis the
+        failed attempt consumed, goes back to the synthesis queue (key lease and working set
+        released, taken again) unless it has now hit ``device_errors_per_job`` device errors or no
+        healthy device is left: then it fails, naming every device and error. Returns whether this
+        worker carries on.
         """
         worker = self._workers[name]
-        worker["healthy"] = False
-        worker["error"] = f"{type(exc).__name__}: {exc}"
-        log.error("device worker %s failed (%s); job %s goes to the other devices", name, worker["error"], job.id, exc_info=exc)
-        healthy = [w for w in self._workers.values() if w["kind"] == "proving" and w["healthy"]]
-        if not healthy or job.interrupted or job.cancel_requested.is_set():
-            return False
-        self._release(job)
-        self.journal.set_state(job.id, JobState.QUEUED)
-        self._set_state(job, JobState.QUEUED)
-        job.worker = None
-        job.requeues += 1
-        self._enqueue(job)
-        return True
+        error = f"{type(exc).__name__}: {exc}"
+        problem = device_self_test(backend, job.lease.header.curve if job.lease is not None else BN254)
+        outcome = _self_test_outcome(problem)
+        where = f"device {worker['device']}" if worker["device"] is not None else f"worker {name}"
+        job.device_errors.append((where, error, problem))
+        worker["device_errors"] += 1
+        worker["error"] = f"{error} (job {job.id}; {outcome})"
+        if problem is None:
+            log.warning("%s (worker %s) hit a CUDA error on job %s but passed its self-test; it keeps proving: %s",
+                        where, name, job.id, error, exc_info=exc)
+        else:
+            worker["healthy"] = False
+            log.error("%s (worker %s) is out of service: a CUDA error on job %s (%s), then its %s", where, name, job.id,
+                      error, outcome, exc_info=exc)
+        healthy = any(w["kind"] == "proving" and w["healthy"] for w in self._workers.values())
+        limit = self.config.device_errors_per_job
+        if job.interrupted or job.cancel_requested.is_set():
+            self._end_with(job, exc)
+        elif len(job.device_errors) >= limit or not healthy:
+            self._release(job)
+            self._finish(job, JobState.FAILED, error=self._device_failure_reason(job, healthy))
+        else:
+            log.info("job %s goes back to the queue after its CUDA error on %s", job.id, where)
+            self._release(job)
+            self.journal.set_state(job.id, JobState.QUEUED)
+            self._set_state(job, JobState.QUEUED)
+            job.worker = None
+            job.requeues += 1
+            self._enqueue(job)
+        return problem is None
+
+    def _device_failure_reason(self, job: _Job, healthy: bool) -> str:
+        count = len(job.device_errors)
+        if not healthy:
+            why = "no healthy device is left"
+        else:
+            limit = self.config.device_errors_per_job
+            why = f"it hit {count} CUDA error{'s' if count > 1 else ''} (device_errors_per_job = {limit})"
+        errors = "; ".join(f"{where}: {error} ({_self_test_outcome(problem)})" for where, error, problem in job.device_errors)
+        hint = ""
+        if healthy and all(problem is None for _, _, problem in job.device_errors):
+            hint = " — the devices passed their self-test afterwards, so this job's input likely triggers a kernel bug"
+        return f"failed on the GPU and not retried: {why}: {errors}{hint}"
 
     def _prove(self, job: _Job, backend) -> dict[str, Any]:
         """Prove and self-verify; returns the result for the journal (resources already released)."""
@@ -805,7 +919,7 @@ class Engine:
         with self._jobs_lock:
             active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
                        "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker,
-                       "requeues": j.requeues}
+                       "requeues": j.requeues, "device_errors": len(j.device_errors)}
                       for j in self._jobs.values() if j.state is not JobState.QUEUED]
         reconciler = None
         if self.reconciler is not None:
