@@ -57,6 +57,7 @@ WINDOW_TASK, ONES_TASK = 0, 1
 # Upper bound on the points one task sorts into its buckets: bounds a task's scratch
 # (about 3 coordinates per point) independently of the MSM size.
 MAX_TASK_POINTS = 1 << 18
+SMALL_MSM_POINTS = 64  # at most this many points: all tasks in the calling thread (the prover's blinding, a verifier's inputs)
 # Relative costs in field products, for the window-size model.
 AFFINE_ADD_COST = 7  # batched affine addition incl. the sort and gather
 BUCKET_FOLD_COST = 27  # one mixed + one full Jacobian addition per bucket
@@ -292,6 +293,13 @@ def _run_task(bases, kp, general_idx, ones_idx, ones_digits, task, c, result, fc
     _fold_buckets(points, is_inf, starts, lens, result, fc)
 
 
+@njit(cache=True, nogil=True)
+def _run_tasks_here(bases, kp, general_idx, ones_idx, ones_digits, tasks, c, results, fc):
+    """Every task in this thread: for small MSMs, where a pool hand-off per task costs more than the task."""
+    for t in range(tasks.shape[0]):
+        _run_task(bases, kp, general_idx, ones_idx, ones_digits, tasks[t], c, results[t], fc)
+
+
 @njit(cache=True)
 def _combine(results, tasks, n_windows, c, out_affine, fc):
     """Σ_w 2^(wc)·window_w + (±1 terms), as affine into ``out_affine``; False for infinity."""
@@ -422,7 +430,10 @@ def _msm(curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> np.ndarray | N
     tasks = _plan_tasks(len(general_idx), n_windows, c, len(ones_idx), numba.config.NUMBA_NUM_THREADS)
     coord_shape = bases.shape[2:]
     results = np.empty((len(tasks), 3) + coord_shape, np.uint64)
-    list(_pool().map(lambda t: _run_task(bases, kp, general_idx, ones_idx, ones_digits, tasks[t], c, results[t], fc), range(len(tasks))))
+    if n <= SMALL_MSM_POINTS:
+        _run_tasks_here(bases, kp, general_idx, ones_idx, ones_digits, tasks, c, results, fc)
+    else:
+        list(_pool().map(lambda t: _run_task(bases, kp, general_idx, ones_idx, ones_digits, tasks[t], c, results[t], fc), range(len(tasks))))
     out = np.empty((2,) + coord_shape, np.uint64)
     return out if _combine(results, tasks, n_windows, c, out, fc) else None
 
