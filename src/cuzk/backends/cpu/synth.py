@@ -38,7 +38,7 @@ def _accumulate(entries, order, first, stop, witness, out, fc):
         fp_add(target, product, target, fc)
 
 
-@njit(cache=True, parallel=True)
+@njit(cache=True, parallel=True, nogil=True)
 def _evaluate(entries, order, starts, witness, out, fc):
     p, pinv, one, r2, pm2 = fc
     for t in prange(starts.shape[0] - 1):
@@ -89,6 +89,9 @@ class _RowOrder(NamedTuple):
     domain_size: int
 
 
+# The kernel releases the GIL, so proving threads (the GPUs' launches) run on while it sums; one at a
+# time, since it already uses every core and numba's workqueue layer must not be entered concurrently.
+_evaluate_lock = threading.Lock()
 _row_orders: dict[int, tuple[weakref.ref, _RowOrder]] = {}
 _row_orders_lock = threading.Lock()
 
@@ -125,5 +128,6 @@ def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_si
     out = np.zeros((2, domain_size, n_limbs64), dtype=np.uint64)
     n_tasks = max(1, 4 * numba.get_num_threads())  # a few per thread: rows are uneven
     starts = _task_starts(rows.entries, rows.order, n_tasks)
-    _evaluate(rows.entries, rows.order, starts, w, out, field_consts(curve.Fr))
+    with _evaluate_lock:
+        _evaluate(rows.entries, rows.order, starts, w, out, field_consts(curve.Fr))
     return as_u32(out[0]), as_u32(out[1])
