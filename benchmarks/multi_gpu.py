@@ -129,6 +129,7 @@ def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_w
                 engine.await_result(job, timeout=600)
             t = time.perf_counter()
             jobs = [engine.submit("k", witness) for _ in range(proofs)]
+            submit_s = time.perf_counter() - t  # journaling each witness (fsync'd) before submit returns
             records = [engine.await_result(job, timeout=600) for job in jobs]
             seconds = time.perf_counter() - t
             status = engine.status()
@@ -143,7 +144,7 @@ def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_w
         verified = verify(vkey_from_zkey(zkey), [int(v) for v in ok[-1].public_signals], proof)
     per_worker = {w["name"]: w["jobs_done"] for w in status["workers"] if w["kind"] == "proving"}
     return {"gpus": gpus, "proofs": proofs, "done": len(ok), "seconds": round(seconds, 3), "proofs_per_s": len(ok) / seconds,
-            "per_worker": per_worker, "verified": verified, "failed": failed[:3],
+            "submit_s": round(submit_s, 3), "witness_bytes": len(witness), "per_worker": per_worker, "verified": verified, "failed": failed[:3],
             "resident": {d["device"]: list(d["keys"]) for d in status["devices"]}}
 
 
@@ -194,6 +195,8 @@ def main(argv=None) -> int:
         for row in rows:
             print(f"{label:18s} {row['gpus']} GPU(s): {row['proofs_per_s']:6.2f} proofs/s  (x{row['proofs_per_s'] / base:.2f} vs "
                   f"{rows[0]['gpus']} GPU)  split {row.get('per_device') or row.get('per_worker')}"
+                  + (f"  (submitting took {row['submit_s']:.2f} s: {row['witness_bytes'] / 2**20:.0f} MiB witnesses, fsync'd)"
+                     if "submit_s" in row else "")
                   + ("" if row.get("verified", True) else "  PROOF DID NOT VERIFY"))
     bad = [row for row in out["engine"] if row["verified"] is False or row["done"] < row["proofs"]]
     return 1 if bad else 0

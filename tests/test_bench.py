@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console
 
-from cuzk.bench.daemon import fresh_data_dir
+from cuzk.bench.daemon import _toml_value, fresh_data_dir
 from cuzk.bench.report import PHASES, latency_stats, parse_metrics, render
 from cuzk.bench.timeline import RecoveryTracker, Sample, write_csv
 from cuzk.bench.workload import PRIORITIES, BenchCircuit, WorkloadError, circuits_from_args, example_dir, plan_jobs
@@ -286,3 +286,16 @@ def test_memory_limit_runs_the_daemon_in_a_cgroup_of_its_own(tmp_path, capsys):
     # The engine saw the same limit: its budget is what is left of it after the margin.
     assert mem["budget_at_peak_bytes"] < 3 * GiB and mem["peak_kernel_charged_bytes"] < 3 * GiB
     assert report["jobs"]["done"] == 2
+
+
+@pytest.mark.parametrize("value", [2, True, "cpu", 1.5, [0, 1], []])
+def test_engine_settings_are_written_as_toml_the_daemon_reads_back(value):
+    import tomllib
+
+    assert tomllib.loads(f"x = {_toml_value('x', value)}")["x"] == value
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, [[0]], None, [None]])
+def test_engine_settings_toml_cannot_hold_are_refused(value):
+    with pytest.raises(ValueError, match="--engine devices"):
+        _toml_value("devices", value)

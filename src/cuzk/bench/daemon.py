@@ -35,9 +35,11 @@ class DaemonStartError(RuntimeError):
 
 
 def _toml_value(key: str, value: Any) -> str:
-    if isinstance(value, (dict, list)) or value is None:
-        raise ValueError(f"--engine {key}: only numbers, booleans and strings can be set here (got {value!r})")
-    return json.dumps(value)  # a JSON scalar is a TOML scalar
+    """A JSON scalar, or a flat list of them (devices = [0, 1]), is also TOML."""
+    scalars = value if isinstance(value, list) else [value]
+    if any(isinstance(v, (dict, list)) or v is None for v in scalars):
+        raise ValueError(f"--engine {key}: only numbers, booleans, strings and flat lists of them can be set here (got {value!r})")
+    return json.dumps(value)
 
 
 def fresh_data_dir(path: Path) -> Path:
