@@ -76,6 +76,43 @@ def test_request_id_is_idempotent_and_refuses_reuse_for_other_work(tmp_path):
         j.submit("c", Priority.NORMAL, b"abc", request_id="")
 
 
+def test_concurrent_submits_overlap_their_file_work_and_a_request_id_still_makes_one_job(tmp_path):
+    """Submits write and check their witnesses outside the journal's lock: while one submit's check is
+    held up, another completes; racing submits of one request id make one job and leave no stray file."""
+    import threading
+
+    j = Journal(tmp_path)
+    in_check, release = threading.Event(), threading.Event()
+
+    def slow_check(path):
+        in_check.set()
+        assert release.wait(10)
+
+    slow = threading.Thread(target=j.submit, args=("c", Priority.NORMAL, b"slow"), kwargs={"check": slow_check})
+    slow.start()
+    assert in_check.wait(10)
+    fast, created = j.submit("c", Priority.NORMAL, b"fast")  # not blocked behind the slow check
+    assert created and fast.state is JobState.QUEUED
+    release.set()
+    slow.join(10)
+
+    barrier = threading.Barrier(8)
+    ids = []
+
+    def racer():
+        barrier.wait(10)
+        ids.append(j.submit("c", Priority.NORMAL, b"same witness", request_id="r-1")[0].job_id)
+
+    threads = [threading.Thread(target=racer) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(ids) == 8 and len(set(ids)) == 1
+    assert len(j.list()) == 3
+    assert sorted(p.stem for p in j.witness_dir.iterdir()) == sorted(r.job_id for r in j.list())
+
+
 def test_a_failed_check_keeps_nothing(tmp_path):
     j = Journal(tmp_path)
 
