@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from cuzk.backends.cuda import CudaBackend, window_bits
-from cuzk.backends.cuda.modules import PREBUILT_ENV, group_source, module_source, prebuild
+from cuzk.backends.cuda.modules import KERNEL_DIR, PREBUILT_ENV, group_source, module_source, prebuild
 from cuzk.curves import BLS12_381, BN254, curve_by_name
 
 GENERATOR_KERNEL = r"""
@@ -299,6 +299,7 @@ def main(argv=None) -> int:
         for curve in curves:
             sources = {kind: module_source(curve, kind) for kind in ("ntt", "msm_g1", "msm_g2")}
             sources.update({f"bench_{g}": group_source(curve, g, GENERATOR_KERNEL) for g in ("g1", "g2")})
+            sources.update({f"fixed_base_{g}": group_source(curve, g, (KERNEL_DIR / "fixed_base.cu").read_text()) for g in ("g1", "g2")})
             for kind, source in sources.items():
                 t = time.perf_counter()
                 path = prebuild(source, args.prebuild)

@@ -1,0 +1,44 @@
+#!/bin/bash
+# One command on the GPU machine (the `run` tool), from a copy of the repo: steps in order, logs,
+# kept proofs and numba's cache back under $OUT.   Usage: scripts/gpu_session.sh STEP...
+# Prepare here first, in the git-ignored .gpurun/ (carry it, and .whl/ when present):
+#   benchmarks/gpu_ops.py --prebuild .gpurun/cubins   (nvcc here: saves NVRTC compiles there)
+#   cp -r ../shared/corpus .gpurun/corpus              (the corpus does not travel by itself)
+#   cat <files_at>/numba.tgz.part-* > .gpurun/numba.tgz (after a run: numba's cache for the next one;
+#     source mtimes are pinned below so it stays valid while the files are unchanged)
+# Proofs the tests kept for snarkjs: tar xzf results.tgz; scripts/verify_unverified.sh res/unverified
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CUZK_CUDA_PREBUILT=$PWD/.gpurun/cubins CUZK_CORPUS=$PWD/.gpurun/corpus \
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 CUZK_UNVERIFIED_DIR=/tmp/res/unverified
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT /tmp/res
+find src -name '*.py' -exec touch -d '2026-01-01 00:00:00' {} +   # numba's cache keys on source mtime
+[ -f .gpurun/numba.tgz ] && tar xzf .gpurun/numba.tgz && echo "numba cache restored"
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+python3 -c "import numba, numpy as np; f=numba.njit(parallel=True)(lambda a: a.sum()); f(np.ones(4)); print('numba threading layer', numba.threading_layer())"
+nvidia-smi -L; nproc; python3 -c "import numba, cupy, llvmlite.binding as ll; print('numba', numba.__version__, 'cupy', cupy.__version__, ll.get_host_cpu_name())"
+cuzk="python3 -m cuzk.cli"
+ex=src/cuzk/examples/synthetic_bn254
+step() { local name=$1 limit=$2; shift 2; local t=$SECONDS; timeout $limit "$@" > /tmp/res/$name.log 2>&1; local rc=$?; echo "== $name rc=$rc $((SECONDS-t)) s"; tail -n ${TAIL:-12} /tmp/res/$name.log | cut -c1-300; }
+for s in "$@"; do
+  case $s in
+    warm) step warm 400 $cuzk prove --backend cpu -v $ex/circuit.zkey $ex/witness.wtns /tmp/p.json /tmp/pub.json ;;
+    warmbg) (timeout 400 $cuzk prove --backend cpu -v $ex/circuit.zkey $ex/witness.wtns /tmp/p.json /tmp/pub.json > /tmp/res/warm.log 2>&1; echo "warm rc=$?" >> /tmp/res/warm.log) & WARM=$! ;;
+    wait) t=$SECONDS; wait $WARM; echo "== warm-up waited $((SECONDS-t)) s"; tail -3 /tmp/res/warm.log ;;
+    tcuda) step tcuda ${T_CUDA:-200} python3 -m pytest -q -m gpu tests/test_backend_cuda.py -p no:cacheprovider -x --durations=5 ;;
+    tmulti) step tmulti ${T_MULTI:-200} python3 -m pytest -q -m gpu tests/test_multi_device.py -p no:cacheprovider --durations=5 ;;
+    tsetup) step tsetup ${T_SETUP:-200} python3 -m pytest -q -m gpu tests/test_setup.py tests/test_setup_cuda.py -p no:cacheprovider --durations=5 ;;
+    multi) step multi-${LOGN:-20} ${T_MULTIB:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-20} --proofs ${PROOFS:-32} --out /tmp/res/multi_gpu-${LOGN:-20}.json ;;
+    overlap) step overlap 200 python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1,msm_g2 --host-bases 8 --out /tmp/res/overlap.json ;;
+    bench1|bench2)  # cuzk bench on multi_gpu.py's 2^20 circuit (run 'multi' first), 1 or 2 GPUs, self-verify on
+      k=$([ $s = bench1 ] && echo "[0]" || echo "[0,1]"); c=/tmp/cuzk-multi-gpu/synthetic_2^${LOGN:-20}
+      step $s-${LOGN:-20} ${T_BENCH:-150} $cuzk bench --zkey $c/circuit.zkey --wtns $c/witness.wtns --jobs ${BJOBS:-48} --concurrency ${BCONC:-12} \
+        --warmup 2 --engine "devices=$k" --engine synth_workers=${SYNTHW:-4} --out /tmp/res/$s-${LOGN:-20} --no-progress --no-plot ;;
+    proofs) step proofs ${T_PROOFS:-240} bash -c "python3 benchmarks/gpu_ops.py --ops none --cpu-max-log 0 --proofs .gpurun/corpus --out /tmp/res/proofs_corpus.json && python3 benchmarks/gpu_ops.py --ops none --curves bn254 --cpu-max-log 0 --proofs /tmp/cuzk-multi-gpu --out /tmp/res/proofs_2e20.json" ;;
+    disk) step disk 60 bash -c "mkdir -p /tmp/ddt && dd if=/dev/zero of=/tmp/ddt/f bs=1M count=1024 conv=fsync 2>&1 | tail -1; df -h /tmp | tail -1" ;;
+    ladder) step ladder ${T_LADDER:-500} python3 benchmarks/ladder.py ${LADDER_ARGS} ;;
+    *) echo "unknown step $s" ;;
+  esac
+done
+find src -name '*.nbi' -o -name '*.nbc' | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz
+split -b 15m /tmp/numba.tgz $OUT/numba.tgz.part-
+tar czf $OUT/results.tgz -C /tmp res; ls -la $OUT
