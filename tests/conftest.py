@@ -60,3 +60,22 @@ def snarkjs_verify(vkey: Path, public: Path, proof: Path) -> bool:
 
 def load_json(p: Path):
     return json.loads(Path(p).read_text())
+
+
+def setup_cli_error(args, capsys) -> str:
+    """`cuzk setup ARGS` must fail with exit status 1 and one line on stderr; that line."""
+    from cuzk.cli import main as cli_main
+
+    assert cli_main(["setup", *map(str, args)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    return err
+
+
+@pytest.fixture
+def small_r1cs(tmp_path):
+    """A 40-constraint synthetic BN254 circuit's .r1cs."""
+    from cuzk.circuits.synthetic import synthesize, write_synthetic
+    from cuzk.curves import BN254
+
+    return write_synthetic(tmp_path / "small", synthesize(BN254, 40, 1, seed=2))[0]

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, snarkjs_available, snarkjs_verify
+from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, setup_cli_error, snarkjs_available, snarkjs_verify
 from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, sparse_combinations, window_for
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.cli import main as cli_main
@@ -294,47 +294,35 @@ def test_ptau_key_bls12_381(ptau_bls12_381, tmp_path, capsys):
 # Bad inputs: one clear line, exit status 1.
 
 
-def _setup_error(args, capsys) -> str:
-    assert cli_main(["setup", *map(str, args)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
-    return err
-
-
-@pytest.fixture
-def small_r1cs(tmp_path):
-    return write_synthetic(tmp_path / "small", synthesize(BN254, 40, 1, seed=2))[0]
-
-
 def test_malformed_r1cs(tmp_path, small_r1cs, capsys):
     zkey = tmp_path / "out.zkey"
     data = small_r1cs.read_bytes()
     (tmp_path / "truncated.r1cs").write_bytes(data[: len(data) // 2])
-    assert "truncated" in _setup_error([tmp_path / "truncated.r1cs", zkey], capsys)
+    assert "truncated" in setup_cli_error([tmp_path / "truncated.r1cs", zkey], capsys)
     (tmp_path / "zkey.r1cs").write_bytes(b"zkey" + data[4:])
-    assert "not a .r1cs file" in _setup_error([tmp_path / "zkey.r1cs", zkey], capsys)
-    assert "cannot open" in _setup_error([tmp_path / "missing.r1cs", zkey], capsys)
+    assert "not a .r1cs file" in setup_cli_error([tmp_path / "zkey.r1cs", zkey], capsys)
+    assert "cannot open" in setup_cli_error([tmp_path / "missing.r1cs", zkey], capsys)
     empty = tmp_path / "empty.r1cs"
     nothing = SparseMatrix(np.zeros(1, np.int64), np.zeros(0, np.uint32), np.zeros((0, 8), np.uint32))
     write_r1cs(empty, BN254, 0, 1, 0, nothing, nothing, nothing)
-    assert "no constraints" in _setup_error([empty, zkey], capsys)
-    assert "is a bn128 circuit, not bls12-381" in _setup_error([small_r1cs, zkey, "--curve", "bls12-381"], capsys)
+    assert "no constraints" in setup_cli_error([empty, zkey], capsys)
+    assert "is a bn128 circuit, not bls12-381" in setup_cli_error([small_r1cs, zkey, "--curve", "bls12-381"], capsys)
     assert not zkey.exists()
 
 
 def test_malformed_ptau(ptau_bn254, tmp_path, small_r1cs, capsys):
     prepared, unprepared = ptau_bn254
     zkey = tmp_path / "out.zkey"
-    assert "prepare phase2" in _setup_error([small_r1cs, zkey, "--ptau", unprepared], capsys)
+    assert "prepare phase2" in setup_cli_error([small_r1cs, zkey, "--ptau", unprepared], capsys)
     data = prepared.read_bytes()
     (tmp_path / "truncated.ptau").write_bytes(data[: len(data) - 1000])
-    assert "truncated" in _setup_error([small_r1cs, zkey, "--ptau", tmp_path / "truncated.ptau"], capsys)
+    assert "truncated" in setup_cli_error([small_r1cs, zkey, "--ptau", tmp_path / "truncated.ptau"], capsys)
     (tmp_path / "garbage.ptau").write_bytes(b"\x00" * 100)
-    assert "not a .ptau file" in _setup_error([small_r1cs, zkey, "--ptau", tmp_path / "garbage.ptau"], capsys)
+    assert "not a .ptau file" in setup_cli_error([small_r1cs, zkey, "--ptau", tmp_path / "garbage.ptau"], capsys)
     big = write_synthetic(tmp_path / "big", synthesize(BN254, 300, 1, seed=2))[0]
-    assert "2^9" in _setup_error([big, zkey, "--ptau", prepared], capsys)
+    assert "2^9" in setup_cli_error([big, zkey, "--ptau", prepared], capsys)
     bls = write_synthetic(tmp_path / "bls", synthesize(BLS12_381, 10, 1, seed=2))[0]
-    assert "bn128" in _setup_error([bls, zkey, "--ptau", prepared], capsys)
+    assert "bn128" in setup_cli_error([bls, zkey, "--ptau", prepared], capsys)
     assert not zkey.exists()
 
 
@@ -354,7 +342,7 @@ def test_implausible_wire_count_is_refused_before_allocating(tmp_path, small_r1c
     ])  # fmt: skip
     huge = tmp_path / "huge.r1cs"
     write_binfile(huge, "r1cs", 1, [(2, [constraints]), (1, [header])])
-    assert "GiB to set up" in _setup_error([huge, tmp_path / "out.zkey"], capsys)
+    assert "GiB to set up" in setup_cli_error([huge, tmp_path / "out.zkey"], capsys)
 
 
 def _ptau_sections(path) -> dict:
@@ -376,7 +364,7 @@ def test_malformed_ptau_contents(ptau_bn254, tmp_path, small_r1cs, capsys):
         patch(d)
         path = tmp_path / "bad.ptau"
         path.write_bytes(bytes(d))
-        return _setup_error([small_r1cs, zkey, "--ptau", path], capsys)
+        return setup_cli_error([small_r1cs, zkey, "--ptau", path], capsys)
 
     def put(d, offset, raw):
         d[offset : offset + len(raw)] = raw

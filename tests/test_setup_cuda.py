@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import corpus_dir, snarkjs_available, snarkjs_verify
+from conftest import corpus_dir, setup_cli_error, snarkjs_available, snarkjs_verify
 from cuzk.backends.cpu.fixed_base import FixedBaseTable
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, VramExhaustedError, available
 from cuzk.backends.cuda.fixed_base import CudaFixedBaseTable
@@ -200,30 +200,18 @@ def test_cli_setup_on_the_gpu_then_cuda_prove(tmp_path, capsys):
 # The command line: backend choice and the memory budget.
 
 
-def _setup_error(args, capsys) -> str:
-    assert cli_main(["setup", *map(str, args)]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
-    return err
-
-
-@pytest.fixture
-def small_r1cs(tmp_path):
-    return write_synthetic(tmp_path / "small", synthesize(BN254, 40, 1, seed=2))[0]
-
-
 def test_cuda_backend_without_a_gpu_is_a_clear_error(small_r1cs, tmp_path, capsys):
     if available():
         pytest.skip("this machine has a GPU")
     zkey = tmp_path / "out.zkey"
-    assert "cuda backend needs CuPy" in _setup_error([small_r1cs, zkey, "--backend", "cuda"], capsys)
+    assert "cuda backend needs CuPy" in setup_cli_error([small_r1cs, zkey, "--backend", "cuda"], capsys)
     assert not zkey.exists()
 
 
 def test_key_larger_than_the_memory_budget_is_refused_up_front(small_r1cs, tmp_path, capsys):
     """The budget comes from the memory plan (a configured cap here; the cgroup limit wins when lower)."""
     zkey = tmp_path / "out.zkey"
-    err = _setup_error([small_r1cs, zkey, "--memory-budget", "200MiB"], capsys)
+    err = setup_cli_error([small_r1cs, zkey, "--memory-budget", "200MiB"], capsys)
     assert "GiB to set up, more than the 0.1 GiB of the memory budget (ceiling 200.00 MiB from configured, less a" in err
     assert not zkey.exists()
     assert "not a byte size" in _cli_usage_error(["setup", str(small_r1cs), str(zkey), "--memory-budget", "lots"], capsys)

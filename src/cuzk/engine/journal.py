@@ -266,7 +266,7 @@ class Journal:
             marks = ",".join("?" * len(UNFINISHED_STATES))
             self._db.execute(f"UPDATE jobs SET state = ? WHERE state IN ({marks})",
                              [JobState.QUEUED.value, *[s.value for s in UNFINISHED_STATES]])
-            return self._select(f"WHERE state = ? ORDER BY seq", (JobState.QUEUED.value,))
+            return self._select("WHERE state = ? ORDER BY seq", (JobState.QUEUED.value,))
 
     # ---- pruning ----------------------------------------------------------------------
     def prune(self, now: float | None = None) -> int:
