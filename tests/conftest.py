@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,17 @@ def small_r1cs(tmp_path):
     from cuzk.curves import BN254
 
     return write_synthetic(tmp_path / "small", synthesize(BN254, 40, 1, seed=2))[0]
+
+
+def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
+    """Poll ``predicate`` (backing off from 5 ms to 100 ms) until it returns something true; that value."""
+    deadline = time.monotonic() + timeout
+    delay = 0.005
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CORPUS, SNARKJS, load_json, snarkjs_available
+from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
@@ -80,19 +80,6 @@ def circuits_for(out_dir: Path, roles=("small", "medium")) -> dict[str, Circuit]
     if any(c is None for c in found.values()):
         found = {role: synthetic_circuit(out_dir / role, ROLES[role][1]) for role in roles}
     return found
-
-
-def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 def free_port() -> int:

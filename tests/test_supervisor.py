@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import wait_for
 from cuzk.engine.supervisor import (
     ENGINE_STATE_FILE, EXIT_CONFIG, EXIT_GAVE_UP, Death, Supervisor, SupervisorPolicy, SupervisorState, read_json)
 from cuzk.memory.limits import CgroupError
@@ -62,19 +63,6 @@ FAKE_ENGINE = textwrap.dedent('''
     while True:
         signal.pause()
 ''')
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    delay = 0.005
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.1)
 
 
 @pytest.fixture
