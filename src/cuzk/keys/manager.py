@@ -65,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends.cpu.synth import row_order_bytes
 from ..formats import zkey as zkey_format
 from ..formats.binfile import BinFile
 from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
@@ -144,12 +145,14 @@ def hot_layout(header: ZKeyHeader) -> tuple[dict[str, int], int]:
 
 
 def footprint(header: ZKeyHeader, tier: KeyTier) -> int:
-    """Bytes a key holds in the budget at ``tier`` (the steady state, without the load chunk)."""
+    """Bytes a key holds in the budget at ``tier`` (the steady state, without the load chunk): its
+    sections (mapped or resident), and the (matrix, row) order synthesis derives once per loaded key."""
     if tier is KeyTier.COLD:
         return 0
+    order = _page_round(row_order_bytes(header.n_coeffs))
     if tier is KeyTier.WARM:
-        return sum(header.section_nbytes().values())
-    return hot_layout(header)[1]
+        return sum(header.section_nbytes().values()) + order
+    return hot_layout(header)[1] + order
 
 
 def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int) -> int:
@@ -466,7 +469,7 @@ class KeyManager:
             buffer.close()
             raise
         _drop_page_cache(entry.path)  # the header and table pages read outside the stream too
-        reservation.release(reservation.nbytes - total)  # the chunk's page cache is gone: keep the final size
+        reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the chunk's page cache is gone
         return zkey, buffer
 
     def _stream(self, f, fd: int, file_pos: int, dest: memoryview, path: Path) -> None:

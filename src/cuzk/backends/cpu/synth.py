@@ -3,8 +3,9 @@
 Each stored coefficient is c·R² mod r (snarkjs), and the witness is in standard form, so
 one Montgomery product mont(c·R², w) = c·w·R is already the Montgomery form of c·w.
 Rows are scattered through the section (snarkjs does not sort it), so the first synthesis
-with a key orders its entries by (matrix, row) once — a uint32 permutation, kept while the
-key's coefficient array lives — and each parallel task then sums one contiguous run of
+with a key orders its entries by (matrix, row) once — a counting sort into a uint32
+permutation (``row_order_bytes``, counted in the key's footprint), kept while the key's
+coefficient array lives — and each parallel task then sums one contiguous run of
 whole rows: no two tasks write the same row, and no task reads entries it does not use
 (a scan of the whole section per task cost more than the products on a many-core host).
 """
@@ -60,6 +61,28 @@ def _task_starts(entries, order, n_tasks):
     return starts
 
 
+@njit(cache=True)
+def _order_by_row(entries, domain_size):
+    """Entry indices stably ordered by (matrix, row): a counting sort, O(n) time and 4 bytes a row of scratch."""
+    n = entries.shape[0]
+    starts = np.zeros(2 * domain_size + 1, np.uint32)
+    for e in range(n):
+        starts[np.int64(entries[e, 0]) * domain_size + entries[e, 1] + 1] += 1
+    for i in range(1, starts.shape[0]):
+        starts[i] += starts[i - 1]
+    order = np.empty(n, np.uint32)
+    for e in range(n):
+        row = np.int64(entries[e, 0]) * domain_size + entries[e, 1]
+        order[starts[row]] = e
+        starts[row] += 1
+    return order
+
+
+def row_order_bytes(n_coeffs: int) -> int:
+    """What the (matrix, row) order of a key's coefficients holds while the key is loaded."""
+    return 4 * n_coeffs
+
+
 class SynthesisInputError(ValueError):
     """Coefficients or a witness that would index outside the domain or the witness."""
 
@@ -104,9 +127,7 @@ def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) 
     if hit is not None and hit[0]() is coeffs and hit[1].n_vars == n_vars and hit[1].domain_size == domain_size:
         return hit[1]
     entries = _checked_entries(curve, coeffs, n_vars, domain_size)
-    rows = entries[:, 0].astype(np.int64) * domain_size + entries[:, 1]
-    made = _RowOrder(entries, read_only(np.argsort(rows, kind="stable").astype(np.uint32)), n_vars, domain_size)
-    del rows
+    made = _RowOrder(entries, read_only(_order_by_row(entries, domain_size)), n_vars, domain_size)
     try:
         ref = weakref.ref(coeffs, lambda _, key=key, table=_row_orders: table.pop(key, None))
     except TypeError:  # not weak-referenceable: use it once
