@@ -429,7 +429,8 @@ def test_http_metrics_and_status(daemon, client, circuits):
     metrics = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
     for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', "cuzk_phase_seconds_bucket", "cuzk_queue_depth",
                  'cuzk_budget_bytes{kind="total"}', 'cuzk_budget_bytes{kind="untracked"}', 'cuzk_budget_reserved_bytes{category="key"}',
-                 "cuzk_oom_restarts_total", "cuzk_jobs{"):
+                 "cuzk_oom_restarts_total", "cuzk_jobs{", 'cuzk_worker_proofs_total{device="cpu",worker="prove-0"}',
+                 'cuzk_worker_healthy{device="cpu",worker="prove-0"} 1.0'):
         assert name in metrics, name
     assert client.metrics().startswith("# HELP")
     status = json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())

@@ -30,6 +30,7 @@ from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
 from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.prover.setup import setup
+from cuzk.server.metrics import DaemonMetrics
 from cuzk.prover.verify import vkey_from_zkey
 
 MiB = 1 << 20
@@ -295,6 +296,11 @@ def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
     assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
     assert status["budget"]["by_category"]["pinned"]["bytes"] > 0  # staging buffers, pooled and charged to the budget
     assert sum(w["jobs_done"] for w in provers) == len(jobs)
+    metrics = DaemonMetrics(lambda: status).text()  # what /metrics shows per device (labels sorted by name)
+    for w in provers:
+        assert f'cuzk_worker_proofs_total{{device="{w["device"]}",worker="{w["name"]}"}} {float(w["jobs_done"])}' in metrics
+        assert f'cuzk_worker_healthy{{device="{w["device"]}",worker="{w["name"]}"}} 1.0' in metrics
+    assert 'cuzk_vram_bytes{device="1",kind="total"}' in metrics
     for device in status["devices"]:  # each device uploaded a key once, however many of its proofs used it
         assert device["uploads"] == len(device["keys"]) <= 2 and device["evictions"] == 0
     for device in status["devices"]:  # the engine stopped: every device copy freed (NTT tables stay cached)

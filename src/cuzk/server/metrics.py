@@ -58,6 +58,26 @@ class _StatusCollector(Collector):
             g.add_metric([key["name"], key["tier"]], key["reserved_bytes"])
         yield g
 
+        workers = [w for w in status.get("workers", []) if w.get("kind") == "proving"]
+        c = CounterMetricFamily("cuzk_worker_proofs", "Proofs finished by each proving worker (one per GPU, or the CPU)",
+                                labels=["worker", "device"])
+        g = GaugeMetricFamily("cuzk_worker_healthy", "1 while a proving worker's device passes its checks, 0 once marked unhealthy",
+                              labels=["worker", "device"])
+        e = CounterMetricFamily("cuzk_worker_device_errors", "CUDA errors met by each proving worker", labels=["worker", "device"])
+        for w in workers:
+            labels = [w["name"], "cpu" if w.get("device") is None else str(w["device"])]
+            c.add_metric(labels, w.get("jobs_done", 0))
+            g.add_metric(labels, 1 if w.get("healthy", True) else 0)
+            e.add_metric(labels, w.get("device_errors", 0))
+        yield c
+        yield g
+        yield e
+        g = GaugeMetricFamily("cuzk_vram_bytes", "Each GPU's VRAM budget: total, reserved, held by resident keys", labels=["device", "kind"])
+        for d in status.get("devices", []):
+            for kind, key in (("total", "vram_total_bytes"), ("reserved", "vram_reserved_bytes"), ("resident_keys", "resident_bytes")):
+                g.add_metric([str(d["device"]), kind], d[key])
+        yield g
+
         supervisor = status.get("supervisor") or {}
         c = CounterMetricFamily("cuzk_oom_restarts", "Engine restarts after an OOM kill (kernel OOM counter), since the data directory was made")
         c.add_metric([], supervisor.get("oom_kills", 0))
