@@ -88,9 +88,12 @@ def test_metrics_text_is_read_per_status_and_phase():
             'cuzk_proofs_total{circuit="b",status="done"} 2.0\ncuzk_proofs_total{circuit="b",status="failed"} 1.0\n'
             '# TYPE cuzk_phase_seconds histogram\ncuzk_phase_seconds_bucket{le="+Inf",phase="msm"} 5.0\n'
             'cuzk_phase_seconds_count{phase="msm"} 5.0\ncuzk_phase_seconds_sum{phase="msm"} 1.5\n'
-            '# TYPE cuzk_oom_restarts counter\ncuzk_oom_restarts_total 2.0\n')
+            '# TYPE cuzk_oom_restarts counter\ncuzk_oom_restarts_total 2.0\n'
+            '# TYPE cuzk_worker_proofs counter\ncuzk_worker_proofs_total{device="0",worker="prove-0"} 4.0\n'
+            'cuzk_worker_proofs_total{device="1",worker="prove-1"} 2.0\n')
     m = parse_metrics(text)
     assert m["proofs"] == {"done": 5, "failed": 1} and m["proofs_by_circuit"]["b"] == {"done": 2, "failed": 1}
+    assert m["proofs_by_worker"] == {"prove-0 (0)": 4, "prove-1 (1)": 2}
     assert m["phase_count"] == {"msm": 5} and m["phase_sum_s"] == {"msm": 1.5} and m["oom_restarts"] == 2
 
 
@@ -199,6 +202,11 @@ def test_bench_on_the_bundled_example_starts_a_daemon_and_reports(tmp_path, caps
     console.print(*render(report, out))
     text = console.file.getvalue()
     assert f"{report['proofs_per_s']:.3f} proofs/s" in text and "end to end" in text and "0 OOM recoveries" in text
+    assert metrics["proofs_by_worker"] == {"prove-0 (cpu)": 5} and "provers" not in text  # one prover: no split to show
+    report["daemon_metrics"]["proofs_by_worker"] = {"prove-0 (0)": 3, "prove-1 (1)": 2}  # as two GPUs report it
+    console = Console(width=160, file=io.StringIO())
+    console.print(*render(report, out))
+    assert "prove-0 (0): 3, prove-1 (1): 2" in console.file.getvalue()
 
 
 def test_a_bench_data_directory_is_emptied_for_the_next_run_and_no_other(tmp_path):

@@ -99,6 +99,8 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 out["phase_count"][s.labels["phase"]] = int(s.value)
             elif s.name == "cuzk_phase_seconds_sum":
                 out["phase_sum_s"][s.labels["phase"]] = s.value
+            elif s.name == "cuzk_worker_proofs_total":
+                out.setdefault("proofs_by_worker", {})[f"{s.labels['worker']} ({s.labels['device']})"] = int(s.value)
             elif s.name in ("cuzk_oom_restarts_total", "cuzk_engine_restarts_total"):
                 out[s.name.removeprefix("cuzk_").removesuffix("_total")] = int(s.value)
     return out
@@ -232,6 +234,9 @@ def render(report: dict[str, Any], out_dir) -> list:
     head.add_row("throughput", "-" if rate is None else f"{rate:.3f} proofs/s ({jobs['done']} proofs in {report['wall_s']:.2f} s)")
     extra = [f"{jobs[k]} {k}" for k in ("failed", "cancelled", "unfinished", "retried") if jobs[k]]
     head.add_row("jobs", f"{jobs['done']}/{jobs['submitted']} done" + (f", {', '.join(extra)}" if extra else ""))
+    by_worker = report.get("daemon_metrics", {}).get("proofs_by_worker")
+    if by_worker and len(by_worker) > 1:  # one line per GPU: how the work was shared (the engine's counts, warm-ups included)
+        head.add_row("provers", ", ".join(f"{name}: {count}" for name, count in sorted(by_worker.items())))
     out = [head]
 
     table = Table(title="latency per phase", title_justify="left")
