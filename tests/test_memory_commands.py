@@ -59,8 +59,12 @@ def test_memprobe_bounded_run_saves_a_result_memcheck_then_uses(capsys, state_di
     code, out, _ = run_cli(capsys, "memcheck", "--json")
     report = json.loads(out)
     assert report["probe_files"] == [str(saved)]
-    # Machine-wide usage moves under other processes, so this run's overhead may be noise; the plan still names its source.
-    assert report["plan"]["margin_source"].startswith("memprobe (anonymous)")
+    # Without a cgroup the probe reads machine-wide usage, which other processes move: the plan either uses the
+    # result (naming it as the margin's source) or says why it set it aside (an implausible overhead).
+    plan = report["plan"]
+    used = plan["margin_source"].startswith("memprobe (anonymous)")
+    set_aside = [n for n in plan["notes"] if n.startswith("memprobe result (anonymous) ignored: its overhead")]
+    assert used != bool(set_aside), plan
 
 
 @pytest.mark.parametrize("argv, message", [
