@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cuzk.backends.base import point_rows
 from cuzk.backends.cuda import CudaBackend, window_bits
 from cuzk.backends.cuda.modules import KERNEL_DIR, PREBUILT_ENV, group_source, module_source, prebuild
 from cuzk.curves import BLS12_381, BN254, curve_by_name
@@ -66,13 +67,6 @@ CUZK_KERNEL void bench_progression(const Point* a, const Point* b, u64 n, Point*
 """
 
 CURVES = {"bn254": BN254, "bls12_381": BLS12_381}
-
-
-def point_rows(curve, group, P) -> np.ndarray:
-    from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
-
-    raw = (g1_to_bytes if group == "g1" else g2_to_bytes)(curve, P)
-    return np.frombuffer(raw, dtype="<u4").reshape(1, -1).copy()
 
 
 def random_scalars(n: int, rng) -> np.ndarray:
@@ -196,7 +190,7 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     t = time.perf_counter()
     bases = cupy.empty((n, words), dtype=np.uint32)
     backend.runtime.launch(module, "bench_progression", -(-n // 64 // 128), 128,
-                           (cupy.asarray(point_rows(curve, group, A)), cupy.asarray(point_rows(curve, group, B)), np.uint64(n), bases))
+                           (cupy.asarray(point_rows(curve, group, [A])), cupy.asarray(point_rows(curve, group, [B])), np.uint64(n), bases))
     backend.runtime.synchronize()
     gen_s = time.perf_counter() - t
     shape = (n, 2, curve.Fq.limbs32) if group == "g1" else (n, 2, 2, curve.Fq.limbs32)

@@ -22,7 +22,7 @@ from cuzk.backends.cuda.modules import host_compiler, is_device_error
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import Engine, EngineConfig, JobState
-from cuzk.engine.pipeline import device_self_test
+from cuzk.backends.selftest import device_self_test
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys, bases_bytes, proof_vram_bytes

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..curves import Curve
 from ..curves.ec import Point
+from ..curves.serialize import g1_to_bytes, g2_to_bytes
 
 
 @runtime_checkable
@@ -42,3 +43,10 @@ class Backend(Protocol):
     # Multi-scalar multiplication ---------------------------------------------------
     def msm_g1(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
     def msm_g2(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
+
+
+def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:
+    """Reference points (``curves.ec``) as MSM bases in the layout above (``group`` "g1" or "g2"; ``None`` → all zero)."""
+    encode, coords = (g1_to_bytes, (2,)) if group == "g1" else (g2_to_bytes, (2, 2))
+    raw = b"".join(encode(curve, P) for P in points)
+    return np.frombuffer(raw, dtype="<u4").reshape((len(points),) + coords + (curve.Fq.limbs32,)).copy()

@@ -69,10 +69,10 @@ the journal, so the next engine on the data directory replays it (as after a cra
 whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM
 kills) is failed at replay instead of being retried forever.
 
-Threads, not processes. The CPU backend's numba kernels are compiled without ``nogil``
-(they are ``parallel`` and use every core themselves), so on the CPU backend synthesis and
-proving take turns on the GIL rather than overlapping; with the CUDA backend the proving
-thread mostly waits on the GPU, which is where the overlap pays.
+Threads, not processes. Synthesis's kernel releases the GIL (one synthesis at a time, on every
+core), as do the CPU backend's MSM tasks; its NTT kernels do not, so on the CPU backend those
+phases take turns with the rest on the GIL; with the CUDA backend the proving thread mostly waits on the GPU, which is
+where the overlap pays.
 """
 
 from __future__ import annotations
@@ -86,14 +86,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..backends.cuda.modules import is_device_error
-from ..curves import BN254, Curve
-from ..curves.ec import Point
-from ..curves.serialize import g1_to_bytes
+from ..backends.selftest import device_self_test
+from ..curves import BN254
 from ..formats.json_io import proof_to_json
-from ..formats.limbs import ints_to_limbs
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.device import can_hold_keys
@@ -186,66 +183,6 @@ class EngineConfig:
         return cls(**out)
 
 
-@dataclass(frozen=True)
-class _SelfTestCase:
-    """Inputs of the device self-test on one curve and the results the reference arithmetic gives."""
-
-    values: np.ndarray  # Fr rows, Montgomery form
-    transformed: np.ndarray  # their NTT, Montgomery form
-    bases: np.ndarray  # i·G for i = 1..n, G1 layout
-    scalars: np.ndarray  # standard form, the largest ones included
-    msm: Point  # (Σ i·s_i)·G
-
-
-_SELF_TEST_LOG_N = 3  # 8 elements: a handful of launches, milliseconds on a GPU and on the host emulation
-_self_test_cases: dict[str, _SelfTestCase] = {}
-_self_test_lock = threading.Lock()
-
-
-def _self_test_case(curve: Curve) -> _SelfTestCase:
-    with _self_test_lock:
-        case = _self_test_cases.get(curve.name)
-        if case is None:
-            case = _self_test_cases[curve.name] = _make_self_test_case(curve)
-        return case
-
-
-def _make_self_test_case(curve: Curve) -> _SelfTestCase:
-    Fr, G, r, n = curve.Fr, curve.G1, curve.r, 1 << _SELF_TEST_LOG_N
-    values = [r - 1 - 7 * i for i in range(n)]
-    w = curve.fr_root_of_unity(_SELF_TEST_LOG_N)
-    transformed = [sum(v * pow(w, i * j, r) for j, v in enumerate(values)) % r for i in range(n)]
-    scalars = [r - 1 - 3 * i if i % 2 else i for i in range(n)]
-    points, acc = [], G.generator
-    for _ in range(n):
-        points.append(acc)
-        acc = G.add(acc, G.generator)
-    bases = np.frombuffer(b"".join(g1_to_bytes(curve, P) for P in points), dtype="<u4").reshape(n, 2, curve.Fq.limbs32)
-    return _SelfTestCase(
-        values=ints_to_limbs([Fr.to_mont(v) for v in values], Fr.limbs32),
-        transformed=ints_to_limbs([Fr.to_mont(v) for v in transformed], Fr.limbs32),
-        bases=bases.copy(), scalars=ints_to_limbs(scalars, Fr.limbs32),
-        msm=G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % r))
-
-
-def device_self_test(backend, curve: Curve = BN254) -> str | None:
-    """Run a tiny NTT and G1 MSM on ``backend``; None when both equal the reference, else what went wrong.
-
-    After a CUDA error this tells a sick device from a job whose input trips a kernel bug. A
-    sticky CUDA error (an illegal address, say) leaves the device's context unusable, so every
-    launch here fails too and the device is rightly taken out of service.
-    """
-    case = _self_test_case(curve)
-    try:
-        if not np.array_equal(np.asarray(backend.ntt(curve, case.values)), case.transformed):
-            return "an NTT of 8 elements differs from the reference"
-        if not curve.G1.eq(backend.msm_g1(curve, case.bases, case.scalars), case.msm):
-            return "a G1 MSM of 8 points differs from the reference"
-    except Exception as exc:  # noqa: BLE001 — any failure here is the device's
-        return f"{type(exc).__name__}: {exc}"
-    return None
-
-
 def _self_test_outcome(problem: str | None) -> str:
     return "self-test passed" if problem is None else f"self-test failed: {problem}"
 
@@ -291,7 +228,6 @@ class _Job:
         self.probe_baseline: int | None = None
         self.loads_at_start = 0
         self.lock = threading.Lock()
-        self.requeues = 0  # times a device failed under it and it went back to the queue
         self.device_errors: list[tuple[str, str, str | None]] = []  # (device, CUDA error, self-test problem or None)
 
     def cancelled(self) -> bool:
@@ -728,7 +664,6 @@ class Engine:
             self.journal.set_state(job.id, JobState.QUEUED)
             self._set_state(job, JobState.QUEUED)
             job.worker = None
-            job.requeues += 1
             self._enqueue(job)
         return problem is None
 
@@ -919,7 +854,7 @@ class Engine:
         with self._jobs_lock:
             active = [{"job_id": j.id, "circuit": j.circuit, "priority": j.priority.name, "state": j.state.value,
                        "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker,
-                       "requeues": j.requeues, "device_errors": len(j.device_errors)}
+                       "requeues": len(j.device_errors), "device_errors": len(j.device_errors)}  # a live job was requeued after each
                       for j in self._jobs.values() if j.state is not JobState.QUEUED]
         reconciler = None
         if self.reconciler is not None:

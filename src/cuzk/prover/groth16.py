@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.base import Backend
+from ..backends.base import Backend, point_rows
 from ..backends.cpu import CpuBackend
 from ..backends.cpu.synth import evaluate_ab
 from ..curves import Curve
 from ..curves.ec import Point
-from ..curves.serialize import g1_to_bytes, g2_to_bytes
 from ..formats.limbs import ints_to_limbs
 from ..formats.r1cs import R1CS, check_satisfied
 from ..formats.wtns import Witness
@@ -129,13 +128,6 @@ def synthesize(
     timings["synthesize"] = time.perf_counter() - t
     _checkpoint(cancelled)
     return Synthesis(witness, w, a, b, timings)
-
-
-def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:
-    """Reference points as MSM bases (affine Montgomery limbs, base.py's layout; infinity all zero)."""
-    encode, coords = (g1_to_bytes, (2,)) if group == "g1" else (g2_to_bytes, (2, 2))
-    raw = b"".join(encode(curve, P) for P in points)
-    return np.frombuffer(raw, dtype="<u4").reshape((len(points),) + coords + (curve.Fq.limbs32,)).copy()
 
 
 def _scalar_rows(curve: Curve, scalars: list[int]) -> np.ndarray:

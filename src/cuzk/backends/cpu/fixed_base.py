@@ -33,6 +33,7 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.limbs import first_not_below
+from ..base import point_rows
 from .ec import jac_add_affine, jac_double, jac_from_affine
 from .field import (
     FieldConsts,
@@ -269,19 +270,6 @@ def check_scalars(curve: Curve, scalars: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(scalars)
 
 
-def _point_rows(curve: Curve, group: int, points: list[Point]) -> np.ndarray:
-    """Reference affine points → (n, 2, L) or (n, 2, 2, L) uint32 Montgomery rows."""
-    F = curve.Fq
-    coords = []
-    for P in points:
-        if P is None:
-            raise ValueError("a fixed base must not be the point at infinity")
-        coords += [P[0], P[1]] if group == 1 else [P[0][0], P[0][1], P[1][0], P[1][1]]
-    raw = b"".join(F.to_mont_bytes(c) for c in coords)
-    shape = (len(points), 2, F.limbs32) if group == 1 else (len(points), 2, 2, F.limbs32)
-    return np.frombuffer(raw, dtype="<u4").reshape(shape).copy()
-
-
 def window_for(bits: int, n_scalars: int) -> int:
     """The window width minimising table building plus additions for ``n_scalars`` scalars."""
 
@@ -305,6 +293,8 @@ class FixedBaseTable:
     def __init__(self, curve: Curve, group: int, base: Point, n_scalars: int):
         if group not in (1, 2):
             raise ValueError(f"group must be 1 or 2, got {group}")
+        if base is None:
+            raise ValueError("a fixed base must not be the point at infinity")
         self.curve, self.group = curve, group
         G = curve.G1 if group == 1 else curve.G2
         bits = curve.r.bit_length()
@@ -315,7 +305,7 @@ class FixedBaseTable:
             bases.append(P)
             P = G.mul(P, 1 << self.window)
         self._fc = field_consts(curve.Fq)
-        window_bases = as_u64(_point_rows(curve, group, bases))
+        window_bases = as_u64(point_rows(curve, f"g{group}", bases))
         half = 1 << (self.window - 1)
         self._table = np.zeros((n_windows, half) + window_bases.shape[1:], dtype=np.uint64)
         _build_table(window_bases, self._table, self._fc)
@@ -490,7 +480,7 @@ def first_invalid_point(curve: Curve, points: np.ndarray) -> tuple[int, str] | N
     if bad is not None:
         return bad // (2 * group), "a coordinate is not reduced modulo q"
     G = curve.G1 if group == 1 else curve.G2
-    b = _point_rows(curve, group, [(G.b, G.b)])[0, 0]
+    b = point_rows(curve, f"g{group}", [(G.b, G.b)])[0, 0]  # the curve coefficient b, in Montgomery limbs
     if points.shape[0] == 0:
         return None
     i = _first_off_curve(as_u64(np.ascontiguousarray(points, dtype=np.uint32)), as_u64(b), field_consts(curve.Fq))
