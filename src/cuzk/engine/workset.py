@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numba
 
 from ..formats.zkey import ZKeyHeader
+from ..memory.limits import read_status_bytes
 
 ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
 # CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and coordinates kept per point.
@@ -118,16 +119,8 @@ def return_free_heap() -> None:
 
 def _read_status_kib(*names: str) -> dict[str, int] | None:
     """Fields of /proc/self/status in bytes (one read, so they describe the same moment); None if any is missing."""
-    out: dict[str, int] = {}
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                name, _, rest = line.partition(":")
-                if name in names:
-                    out[name] = int(rest.split()[0]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return out if len(out) == len(names) else None
+    fields = read_status_bytes(*names)
+    return fields if fields is not None and len(fields) == len(names) else None
 
 
 def _file_backed(fields: dict[str, int]) -> int:

@@ -221,15 +221,26 @@ def read_meminfo(root: Path = Path("/")) -> Meminfo:
                    swap_total_bytes=values.get("SwapTotal", 0), swap_free_bytes=values.get("SwapFree", 0))
 
 
-def read_rss_bytes(pid: int | str = "self", root: Path = Path("/")) -> int:
-    """Resident set size of one process (VmRSS), the figure the OOM killer ranks processes by."""
+def read_status_bytes(*fields: str, pid: int | str = "self", root: Path = Path("/")) -> dict[str, int] | None:
+    """The named kB fields of /proc/<pid>/status in bytes, from one read (so they describe one moment);
+    None when the file is unreadable. A field the kernel does not report is absent."""
     text = _read_text(_under(root, f"/proc/{pid}/status"))
     if text is None:
-        raise CgroupError(f"/proc/{pid}/status is not readable (process gone?)")
+        return None
+    out: dict[str, int] = {}
     for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0  # kernel threads and zombies have no VmRSS line
+        name, _, rest = line.partition(":")
+        if name in fields:
+            out[name] = int(rest.split()[0]) * 1024
+    return out
+
+
+def read_rss_bytes(pid: int | str = "self", root: Path = Path("/")) -> int:
+    """Resident set size of one process (VmRSS), the figure the OOM killer ranks processes by."""
+    status = read_status_bytes("VmRSS", pid=pid, root=root)
+    if status is None:
+        raise CgroupError(f"/proc/{pid}/status is not readable (process gone?)")
+    return status.get("VmRSS", 0)  # kernel threads and zombies have no VmRSS line
 
 
 # ---------------------------------------------------------------------------------------------
