@@ -177,6 +177,7 @@ def test_bench_on_the_bundled_example_starts_a_daemon_and_reports(tmp_path, caps
     assert code == 0
     _check_run(report, out, jobs=4)
     assert report["daemon"]["mode"] == "started" and report["jobs"]["warmup_done"] == 1
+    assert report["workload"]["witness_sent_as"] == "path"  # its unix socket: the daemon read each witness file
     assert set(report["latency_by_priority"]) == {"low", "high"}
     # A fresh daemon ran exactly our jobs: its counters say the same, and no OOM happened.
     metrics = report["daemon_metrics"]

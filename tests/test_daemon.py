@@ -28,6 +28,8 @@ from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
+from cuzk.server.proto import WITNESS_PATH_REFUSED
+from cuzk.server.proto import cuzk_pb2 as pb
 
 TOKEN = "test-token-" + "x" * 16
 MAX_REQUEST = 4 * MiB
@@ -419,6 +421,43 @@ def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(daemon, clie
     # No daemon at all: a clear connection error, quickly.
     with Client(f"unix:{tmp_path}/none.sock") as nobody, pytest.raises(DaemonUnavailable, match="no cuzk daemon answers"):
         nobody.status()
+
+
+def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, circuits, tmp_path):
+    medium, toy = circuits["medium"], circuits["small"]
+    assert client.sends_witness_paths  # unix socket: the daemon reads the file itself
+    result = client.prove(medium.name, medium.witness, timeout=300)
+    assert client.sends_witness_paths  # taken, not refused and resent as bytes
+    check_proof(result, medium, tmp_path)
+
+    # The daemon's refusals, as a raw request gets them.
+    def raw_submit(c: Client, witness_path: str):
+        request = pb.SubmitProofRequest(key=pb.KeyRef(name=toy.name), witness_path=witness_path)
+        return c._call(c._stub.SubmitProof, request, timeout=30, retry=False)
+
+    with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: 'w.wtns' is not an absolute path") as info:
+        raw_submit(client, "w.wtns")
+    assert info.value.code == "FAILED_PRECONDITION"
+    with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: .*{tmp_path}/none.wtns: No such file"):
+        raw_submit(client, str(tmp_path / "none.wtns"))
+    with pytest.raises(DaemonError, match="is not a regular file"):
+        raw_submit(client, str(tmp_path))
+    with pytest.raises(DaemonError, match="more than a witness of this circuit") as info:
+        raw_submit(client, str(medium.witness))  # another circuit's larger witness: sized before any copy
+    assert info.value.code == "INVALID_ARGUMENT"
+    with pytest.raises(FileNotFoundError, match="no witness file"):  # checked here before anything is sent
+        client.submit(toy.name, tmp_path / "none.wtns")
+
+    # TCP never takes a path (a remote client's path names nothing here): refused, and the client resends the bytes.
+    with Client(daemon.tcp, token=TOKEN) as remote:
+        assert not remote.sends_witness_paths
+        with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED} on this listener") as info:
+            raw_submit(remote, str(toy.witness))
+        assert info.value.code == "FAILED_PRECONDITION"
+        remote.sends_witness_paths = True  # as if it were local: the refusal makes it fall back for good
+        result = remote.prove(toy.name, toy.witness, timeout=120)
+        assert not remote.sends_witness_paths
+    check_proof(result, toy, tmp_path)
 
 
 # -- HTTP -----------------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ def test_bench_attaches_over_tls(tls_daemon, tmp_path, capsys):
     assert cli_main(args) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["jobs"]["done"] == 2 and report["daemon"]["mode"] == "attached"
+    assert report["workload"]["witness_sent_as"] == "bytes"  # over TCP the bytes travel
 
 
 def test_tls_config_needs_both_files_and_a_tcp_listener(tmp_path):

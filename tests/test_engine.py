@@ -22,8 +22,9 @@ from cuzk.backends import get_backend
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
-from cuzk.engine.jobs import UnknownJobError
+from cuzk.engine.jobs import JobError, UnknownJobError
 from cuzk.engine.journal import DataDirLocked, Journal, RequestIdConflict
+from cuzk.engine.pipeline import WitnessFileError
 from cuzk.engine.workset import working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
@@ -281,6 +282,44 @@ def test_mismatched_or_garbage_witness_is_refused_at_submit(make_engine, circuit
     with pytest.raises(ValueError, match="priority"):
         engine.submit("small", circuits["small"].witness, "urgent")
     assert engine.list_jobs() == []
+
+
+def test_witness_by_path_is_copied_into_the_journal_and_proved(make_engine, circuits, tmp_path):
+    c = circuits["small"]
+    engine = make_engine()
+    source = tmp_path / "w.wtns"
+    source.write_bytes(c.witness)
+    job_id = engine.submit("small", source, request_id="by-path")
+    source.write_bytes(b"overwritten after submit")  # the journal holds its own copy
+    record = engine.await_result(job_id, timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    assert record.public_signals == [str(v) for v in synthesize_public(c)]
+    assert engine.submit("small", c.witness, request_id="by-path") == job_id  # same witness, by bytes: the same job
+    unsatisfied_witness(c, tmp_path)  # writes bad.wtns: another witness of the right shape
+    with pytest.raises(RequestIdConflict):
+        engine.submit("small", str(tmp_path / "bad.wtns"), request_id="by-path")
+
+
+def test_bad_witness_paths_are_refused_before_anything_is_copied(make_engine, circuits, tmp_path):
+    engine = make_engine(keys=("small", "large"))
+    with pytest.raises(WitnessFileError, match=f"cannot open the witness file {tmp_path}/missing.wtns: No such file"):
+        engine.submit("small", tmp_path / "missing.wtns")
+    with pytest.raises(WitnessFileError, match="is not a regular file"):
+        engine.submit("small", tmp_path)
+    fifo = tmp_path / "fifo.wtns"
+    os.mkfifo(fifo)  # opened without blocking, then refused: no writer ever comes
+    with pytest.raises(WitnessFileError, match="is not a regular file"):
+        engine.submit("small", fifo)
+    with pytest.raises(JobError, match=r"more than a witness of this circuit's \d+ values"):
+        engine.submit("small", circuits["large"].wtns)  # sized against the key's header, before the copy
+    with pytest.raises(ProvingError, match="bls12381"):
+        engine.submit("small", circuits["bls"].wtns)
+    truncated = tmp_path / "truncated.wtns"
+    truncated.write_bytes(circuits["small"].witness[:-40])
+    with pytest.raises(ValueError, match="wtns"):
+        engine.submit("small", truncated)
+    assert engine.list_jobs() == []
+    assert list(engine.journal.witness_dir.iterdir()) == []  # nothing half-written was kept
 
 
 def test_job_larger_than_the_whole_budget_fails_at_once(make_engine, circuits):

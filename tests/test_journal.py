@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cuzk.engine.jobs import JobError, JobState, Priority
-from cuzk.engine.journal import DataDirLock, DataDirLocked, Journal, RequestIdConflict
+from cuzk.engine.journal import DataDirLock, DataDirLocked, Journal, RequestIdConflict, WitnessFile
 
 
 def test_submit_returns_a_durable_queued_job(tmp_path):
@@ -125,6 +126,26 @@ def test_a_failed_check_keeps_nothing(tmp_path):
     assert j.list() == [] and list(j.witness_dir.iterdir()) == []
     rec, created = j.submit("c", Priority.NORMAL, b"good", request_id="x", check=lambda p: None)
     assert created  # the refused attempt did not claim the request id
+
+
+@pytest.mark.parametrize("in_kernel_range", [True, False], ids=["copy_file_range", "sendfile"])
+def test_a_witness_file_is_copied_up_to_its_checked_size(tmp_path, monkeypatch, in_kernel_range):
+    if not in_kernel_range:  # what an older kernel says across filesystems: the copy falls back to sendfile
+        def refuse(*args):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        monkeypatch.setattr(os, "copy_file_range", refuse)
+    j = Journal(tmp_path / "data")
+    data = os.urandom(3 << 20) + b"tail"
+    source = tmp_path / "w.wtns"
+    source.write_bytes(data + b"appended after the size was taken")
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        rec, created = j.submit("c", Priority.NORMAL, WitnessFile(fd, len(data)), request_id="f")
+    finally:
+        os.close(fd)
+    assert created and j.witness_path(rec.job_id).read_bytes() == data
+    assert j.submit("c", Priority.NORMAL, data, request_id="f") == (rec, False)  # its digest is the bytes' digest
+    assert sorted(p.name for p in j.witness_dir.iterdir()) == [f"{rec.job_id}.wtns"]
 
 
 def test_finish_deletes_the_witness_and_stores_the_result(tmp_path):

@@ -127,3 +127,12 @@ def test_budget_over_limit_from_file_environment_and_flag_needs_a_budget(tmp_pat
         load_config(env={"CUZK_BUDGET_OVER_LIMIT": "1"})
     with pytest.raises(ConfigError, match="budget_over_limit: expected true or false"):
         load_config(env={"CUZK_BUDGET": "4GiB", "CUZK_BUDGET_OVER_LIMIT": "maybe"})
+
+
+def test_witness_paths_is_on_by_default_and_can_be_turned_off(tmp_path):
+    assert load_config(env={}).witness_paths is True
+    assert load_config(write(tmp_path / "cuzk.toml", "witness_paths = false\n"), env={}).witness_paths is False
+    cfg = load_config(env={"CUZK_WITNESS_PATHS": "no"})
+    assert cfg.witness_paths is False and DaemonConfig.from_json(cfg.to_json()) == cfg
+    with pytest.raises(ConfigError, match="witness_paths: expected true or false"):
+        load_config(env={"CUZK_WITNESS_PATHS": "sometimes"})

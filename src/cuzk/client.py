@@ -2,7 +2,7 @@
 
     from cuzk.client import Client
     with Client("unix:/var/lib/cuzk/cuzk.sock") as c:
-        result = c.prove("sha256", Path("w.wtns").read_bytes())
+        result = c.prove("sha256", Path("w.wtns"))  # a path, or the .wtns bytes
         Path("proof.json").write_text(result.proof_json)
 
 The daemon restarts its engine after a crash (an OOM kill included) and replays every job
@@ -11,6 +11,11 @@ it had accepted, so the client rides over a restart: calls that cannot do harm t
 timeout; ``prove`` always sends a ``request_id`` for that reason. Every daemon error
 becomes a ``DaemonError`` (a ValueError, except the connection and timeout kinds) whose
 message is the daemon's own.
+
+A witness may be given as bytes or as a path. On a unix socket the client sends the path and
+the daemon copies the file itself, sparing two protobuf copies of a large witness under each
+side's GIL; when the daemon cannot read it (another mount namespace, ``witness_paths = false``)
+the client sends the bytes instead, and keeps doing so on that connection.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any, Callable, TypeVar
 import grpc
 
 from .config import normalize_address
+from .server.proto import WITNESS_PATH_REFUSED
 from .server.proto import cuzk_pb2 as pb
 from .server.proto import cuzk_pb2_grpc as pb_grpc
 
@@ -35,6 +41,7 @@ STATES = ("QUEUED", "SYNTHESIZING", "PROVING", "DONE", "FAILED", "CANCELLED")
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_REQUEST_BYTES = (1 << 31) - 1  # gRPC takes a 32-bit int
 T = TypeVar("T")
+Witness = bytes | bytearray | memoryview | str | os.PathLike
 
 
 class DaemonError(ValueError):
@@ -161,6 +168,7 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(self.address, options=options)
         self._stub = pb_grpc.CuzkStub(self._channel)
+        self.sends_witness_paths = self.address.startswith("unix:")
 
     def close(self) -> None:
         self._channel.close()
@@ -206,11 +214,31 @@ class Client:
             return RequestTooLarge(code.name, f"request too large for the daemon ({details}); raise max_request in its config")
         return DaemonError(code.name, details)
 
-    def submit(self, key: str | os.PathLike, witness: bytes, *, priority: str | int = "NORMAL",
+    def _with_witness(self, witness: Witness, send: Callable[[dict[str, Any]], T]) -> T:
+        """``send`` the request with the witness as a path on a local daemon, else (or when it refuses the path) as bytes."""
+        if isinstance(witness, (bytes, bytearray, memoryview)):
+            return send({"witness": bytes(witness)})
+        path = Path(witness).absolute()
+        if not path.is_file():
+            raise FileNotFoundError(f"no witness file {path}")
+        if self.sends_witness_paths:
+            try:
+                return send({"witness_path": str(path)})
+            except DaemonError as exc:
+                if exc.code != "FAILED_PRECONDITION" or not str(exc).startswith(WITNESS_PATH_REFUSED):
+                    raise
+                self.sends_witness_paths = False  # the daemon cannot read our files: bytes from now on
+        return send({"witness": path.read_bytes()})
+
+    def submit(self, key: str | os.PathLike, witness: Witness, *, priority: str | int = "NORMAL",
                request_id: str | None = None, timeout: float | None = 60.0) -> tuple[str, bool]:
-        """Queue a proof; returns (job_id, deduplicated). Durable on the daemon once this returns."""
-        req = pb.SubmitProofRequest(key=key_ref(key), witness=witness, priority=_priority(priority), request_id=request_id or "")
-        resp = self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
+        """Queue a proof (``witness``: the .wtns bytes or its path); returns (job_id, deduplicated). Durable on the
+        daemon once this returns."""
+        def send(fields: dict[str, Any]) -> pb.SubmitProofResponse:
+            req = pb.SubmitProofRequest(key=key_ref(key), priority=_priority(priority), request_id=request_id or "", **fields)
+            return self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
+
+        resp = self._with_witness(witness, send)
         return resp.job_id, resp.deduplicated
 
     def await_proof(self, job_id: str, timeout: float | None = None, *, check: bool = True) -> ProofResult:
@@ -224,15 +252,18 @@ class Client:
         result = _result(self._call(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
         return self._checked(result) if check else result
 
-    def prove(self, key: str | os.PathLike, witness: bytes, *, priority: str | int = "NORMAL",
+    def prove(self, key: str | os.PathLike, witness: Witness, *, priority: str | int = "NORMAL",
               request_id: str | None = None, timeout: float | None = None) -> ProofResult:
         """Submit and wait in one call; retried across a daemon restart (a request_id is always sent, so never twice)."""
-        submit = pb.SubmitProofRequest(key=key_ref(key), witness=witness, priority=_priority(priority),
-                                       request_id=request_id or f"prove-{uuid.uuid4().hex}")
+        request_id = request_id or f"prove-{uuid.uuid4().hex}"
         slack = 5.0
-        request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
-        result = _result(self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True))
-        return self._checked(result)
+
+        def send(fields: dict[str, Any]) -> pb.ProofResult:
+            submit = pb.SubmitProofRequest(key=key_ref(key), priority=_priority(priority), request_id=request_id, **fields)
+            request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
+            return self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True)
+
+        return self._checked(_result(self._with_witness(witness, send)))
 
     @staticmethod
     def _checked(result: ProofResult) -> ProofResult:

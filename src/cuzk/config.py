@@ -15,6 +15,7 @@ exists) looks like::
     budget = "24GiB"                                            # absent: derived from the real limit
     budget_over_limit = false                                   # true: trust budget over a lower detected limit (warns)
     max_request = "256MiB"
+    witness_paths = true                                        # clients on the unix socket may name a .wtns file
 
     [keys]                                                      # names clients may use
     sha256 = "/srv/keys/sha256_32B.zkey"
@@ -60,6 +61,9 @@ class DaemonConfig:
     budget: int | None = None
     budget_over_limit: bool = False  # trust ``budget`` over a lower detected limit until an OOM kill teaches otherwise
     max_request: int = 256 << 20
+    # Clients on the unix socket may send a witness file's path instead of its bytes: the daemon copies the
+    # file itself (no gRPC copies). Only there: the socket's 0600 mode admits the daemon's own user alone.
+    witness_paths: bool = True
     keys: dict[str, str] = field(default_factory=dict)
     engine: dict[str, Any] = field(default_factory=dict)
     supervisor: SupervisorPolicy = field(default_factory=SupervisorPolicy)
@@ -150,7 +154,7 @@ def _read_token_file(path: str, source: str) -> str:
 
 
 _SIMPLE = {"data_dir", "listen", "token", "token_file", "tls_cert", "tls_key", "http", "budget", "budget_over_limit",
-           "max_request", "log_level"}
+           "max_request", "witness_paths", "log_level"}
 _TABLES = {"keys", "engine", "supervisor"}
 
 
@@ -180,8 +184,8 @@ def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
                 setattr(cfg, key, size)
             elif key in ("tls_cert", "tls_key"):
                 setattr(cfg, key, str(Path(str(value)).expanduser().absolute()) if str(value).strip() else None)
-            elif key == "budget_over_limit":
-                cfg.budget_over_limit = _parse_bool(value)
+            elif key in ("budget_over_limit", "witness_paths"):
+                setattr(cfg, key, _parse_bool(value))
             elif key == "log_level":
                 cfg.log_level = str(value).lower()
             elif key == "keys":

@@ -174,7 +174,7 @@ def build_report(run: BenchRun, jobs_info: dict[str, Any], metrics_text: str) ->
                           **{k: key_info.get(run.key_names[c.name], {}).get(k) for k in ("curve", "domain_size", "hot_bytes", "working_set_bytes")}}
                          for c in opts.circuits],
             "jobs": opts.jobs, "warmup_jobs": sum(j.warmup for j in run.planned), "concurrency": opts.concurrency,
-            "priorities": opts.priorities,
+            "priorities": opts.priorities, "witness_sent_as": run.witness_sent_as,
         },
         "daemon": {
             "mode": "attached" if run.daemon.attached else "started", "address": run.daemon.address,
@@ -227,7 +227,7 @@ def render(report: dict[str, Any], out_dir) -> list:
     names = ", ".join(c["name"] + (f" (2^{c['domain_size'].bit_length() - 1})" if c.get("domain_size") else "") for c in w["circuits"])
     config = report["daemon"].get("config") or {}
     head.add_row("workload", f"{names}: {w['jobs']} jobs at concurrency {w['concurrency']}, priorities {', '.join(w['priorities'])}"
-                 f" (+{w['warmup_jobs']} warm-up, not measured)")
+                 f" (+{w['warmup_jobs']} warm-up, not measured); witnesses sent as {w.get('witness_sent_as', 'bytes')}")
     head.add_row("daemon", f"{report['daemon']['mode']} {report['daemon']['address']}; backend {', '.join(config.get('backend') or ['?'])}, "
                  f"synth workers {config.get('synth_workers', '?')}")
     rate = report["proofs_per_s"]

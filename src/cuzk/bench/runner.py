@@ -104,7 +104,8 @@ class BenchRun:
         self.measure_ended_t: float | None = None
         self.sampler: TimelineSampler | None = None
         self._lock = threading.Lock()
-        self._witness: dict[str, bytes] = {}
+        self._witness: dict[str, Path | bytes] = {}
+        self.witness_sent_as = "bytes"  # or "path": the daemon read each witness file itself
         # What a job names its key by: a daemon the bench starts registers each circuit under its name.
         self.key_names: dict[str, str] = {c.name: c.name for c in options.circuits}
 
@@ -124,8 +125,6 @@ class BenchRun:
     def run(self) -> dict[str, Any]:
         opts = self.options
         opts.out_dir.mkdir(parents=True, exist_ok=True)
-        for c in opts.circuits:
-            self._witness[c.name] = c.witness_bytes()
         if opts.addr:
             daemon = AttachedDaemon(opts.addr)
         else:
@@ -138,6 +137,8 @@ class BenchRun:
             if isinstance(daemon, StartedDaemon):
                 daemon.start()
             client = Client(daemon.address, opts.token, restart_grace=RETRY_SLICE_S, tls_ca=opts.tls_ca)
+            # A local daemon reads each witness file itself; over TCP the bytes are read once and sent with each job.
+            self._witness = {c.name: c.wtns if client.sends_witness_paths else c.witness_bytes() for c in opts.circuits}
             try:
                 if daemon.attached:
                     self._use_registered_keys(client.status())  # also: a clear error now rather than jobs that never start
@@ -176,6 +177,7 @@ class BenchRun:
                 jobs_info, metrics_text = self._collect(client)
         finally:
             self.sampler.stop()
+        self.witness_sent_as = "path" if client.sends_witness_paths else "bytes"
         report = build_report(self, jobs_info, metrics_text)
         self._write_files(report)
         return report

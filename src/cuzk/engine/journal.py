@@ -21,6 +21,7 @@ journal itself is thread-safe (one connection behind a lock).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -31,6 +32,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 
@@ -113,6 +115,35 @@ class DataDirLock:
             self._fd = None
 
 
+class WitnessFile(NamedTuple):
+    """An open .wtns file to journal by copying: its first ``nbytes`` bytes (its size when it was checked)."""
+
+    fd: int
+    nbytes: int
+
+
+def _copy_file(src: int, dst: int, nbytes: int) -> None:
+    """Copy ``nbytes`` from the start of ``src`` in the kernel (copy_file_range, else sendfile): no GIL, no user-space buffer.
+
+    A source that turns out shorter stops the copy early; the check of the copy then names what is wrong.
+    """
+    offset, in_kernel_range = 0, True
+    while offset < nbytes:
+        if in_kernel_range:
+            try:
+                done = os.copy_file_range(src, dst, nbytes - offset, offset)
+            except OSError as exc:
+                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                    raise
+                in_kernel_range = False  # across filesystems on older kernels, or a filesystem without it
+                continue
+        else:
+            done = os.sendfile(dst, src, offset, nbytes - offset)
+        if done == 0:
+            return
+        offset += done
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -143,18 +174,19 @@ class Journal:
             self._db.close()
 
     # ---- submission ---------------------------------------------------------------
-    def submit(self, circuit: str, priority: Priority, witness: bytes, request_id: str | None = None,
+    def submit(self, circuit: str, priority: Priority, witness: bytes | WitnessFile, request_id: str | None = None,
                check: Callable[[Path], None] | None = None) -> tuple[JobRecord, bool]:
         """Make a job durable. Returns (record, created); created is False for a repeated request_id.
 
-        ``check(path)`` runs on the written witness file before the job row is committed;
-        if it raises, nothing is kept and the error propagates (a witness that cannot
-        belong to the circuit is refused at the door, not failed later).
+        ``witness`` is the .wtns bytes, or a ``WitnessFile`` copied by the kernel (the bytes
+        never pass through Python). ``check(path)`` runs on the written witness file before
+        the job row is committed; if it raises, nothing is kept and the error propagates (a
+        witness that cannot belong to the circuit is refused at the door, not failed later).
         """
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise JobError("request_id must be a non-empty string (or None)")
-        digest = hashlib.sha256(witness).hexdigest()
-        if request_id is not None:
+        digest = None if isinstance(witness, WitnessFile) else hashlib.sha256(witness).hexdigest()
+        if request_id is not None and digest is not None:  # a repeat is answered before its witness is written again
             with self._lock:
                 existing = self._existing_request(request_id, circuit, digest)
             if existing is not None:
@@ -163,8 +195,11 @@ class Journal:
         # done outside the lock, each in its own file, so concurrent submits overlap; only the row is serialized.
         job_id = uuid.uuid4().hex
         path = self.witness_path(job_id)
-        self._write_durably(path, witness)
         try:
+            self._write_durably(path, witness)
+            if digest is None:
+                with open(path, "rb") as f:
+                    digest = hashlib.file_digest(f, "sha256").hexdigest()
             if check is not None:
                 check(path)
             with self._lock:
@@ -181,6 +216,7 @@ class Journal:
                 return self._get(job_id), True
         except BaseException:
             path.unlink(missing_ok=True)
+            path.with_suffix(".tmp").unlink(missing_ok=True)
             raise
 
     def _existing_request(self, request_id: str, circuit: str, digest: str) -> JobRecord | None:
@@ -197,11 +233,14 @@ class Journal:
     def witness_path(self, job_id: str) -> Path:
         return self.witness_dir / f"{job_id}.wtns"
 
-    def _write_durably(self, path: Path, data: bytes) -> None:
+    def _write_durably(self, path: Path, witness: bytes | WitnessFile) -> None:
         tmp = path.with_suffix(".tmp")
         with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+            if isinstance(witness, WitnessFile):
+                _copy_file(witness.fd, f.fileno(), witness.nbytes)
+            else:
+                f.write(witness)
+                f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         _fsync_dir(path.parent)

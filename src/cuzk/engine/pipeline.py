@@ -77,11 +77,14 @@ where the overlap pays.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -92,7 +95,7 @@ from ..backends.selftest import device_self_test
 from ..curves import BN254
 from ..formats.json_io import proof_to_json
 from ..formats.r1cs import read_r1cs
-from ..formats.wtns import read_wtns
+from ..formats.wtns import read_wtns, wtns_file_size
 from ..keys.device import can_hold_keys
 from ..keys.manager import KeyLease, KeyLoadCancelled, KeyManager, KeyTier, footprint
 from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
@@ -101,11 +104,15 @@ from ..memory.runtime import RuntimeReservation
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
-from .journal import DataDirLock, Journal
+from .journal import DataDirLock, Journal, WitnessFile
 from .scheduler import Scheduler, SchedulerClosed
 from .workset import PeakProbe, WorkingSet, return_free_heap, working_set
 
 log = logging.getLogger("cuzk.engine")
+
+
+class WitnessFileError(JobError):
+    """The witness path given to ``submit`` cannot be read as a file (missing, unreadable, a directory or a device)."""
 
 
 class EngineStopped(RuntimeError):
@@ -185,6 +192,26 @@ class EngineConfig:
 
 def _self_test_outcome(problem: str | None) -> str:
     return "self-test passed" if problem is None else f"self-test failed: {problem}"
+
+
+@contextlib.contextmanager
+def _open_witness_file(path: str | os.PathLike, header) -> Iterator[WitnessFile]:
+    """A caller's .wtns file, opened for the journal's copy; what cannot be one is refused before anything is copied."""
+    try:  # O_NONBLOCK: a FIFO must not hang the caller; it is refused below as not a regular file
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise WitnessFileError(f"cannot open the witness file {os.fspath(path)}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise WitnessFileError(f"the witness path {os.fspath(path)} is not a regular file")
+        most = wtns_file_size(header.curve, header.n_vars)
+        if st.st_size > most:
+            raise JobError(f"the witness file {os.fspath(path)} is {format_size(st.st_size)}, more than a witness of this "
+                           f"circuit's {header.n_vars} values ({format_size(most)}); it cannot be this circuit's witness")
+        yield WitnessFile(fd, st.st_size)
+    finally:
+        os.close(fd)
 
 
 class _StagingBuffers:
@@ -455,20 +482,29 @@ class Engine:
         return stored
 
     # ---- jobs -------------------------------------------------------------------------------
-    def submit(self, circuit: str, witness: bytes | bytearray | memoryview, priority: Priority | int | str = Priority.NORMAL,
-               request_id: str | None = None) -> str:
-        """Journal a proof request (durable before this returns) and queue it; returns the job id."""
+    def submit(self, circuit: str, witness: bytes | bytearray | memoryview | str | os.PathLike,
+               priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
+        """Journal a proof request (durable before this returns) and queue it; returns the job id.
+
+        ``witness`` is the .wtns file's bytes or its path. A path is copied into the journal by the
+        kernel, so a large witness costs no copies under the GIL (the daemon takes paths from
+        clients on its unix socket); a file the engine cannot open raises ``WitnessFileError``.
+        """
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
         priority = Priority.parse(priority)
-        if not isinstance(witness, (bytes, bytearray, memoryview)):
-            raise JobError(f"witness must be the .wtns file's bytes, got {type(witness).__name__}")
+        if not isinstance(witness, (bytes, bytearray, memoryview, str, os.PathLike)):
+            raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
         header = self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
 
         def check(path: Path) -> None:
             check_inputs(header, read_wtns(path))  # FormatError / ProvingError name what is wrong
 
-        record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)
+        if isinstance(witness, (str, os.PathLike)):
+            with _open_witness_file(witness, header) as source:
+                record, created = self.journal.submit(circuit, priority, source, request_id, check=check)
+        else:
+            record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)
         if created:
             self._enqueue(_Job(record))
         return record.job_id

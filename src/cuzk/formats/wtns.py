@@ -52,6 +52,12 @@ def read_wtns(path: str | os.PathLike) -> Witness:
         return Witness(Path(path), curve, values)
 
 
+def wtns_file_size(curve: Curve, n_values: int) -> int:
+    """Bytes of a .wtns file of ``n_values`` values as snarkjs writes it: magic, version, two sections."""
+    n8 = n8_of(curve.r)
+    return 12 + 2 * 12 + (4 + n8 + 4) + n_values * n8
+
+
 def write_wtns(path: str | os.PathLike, curve: Curve, values: np.ndarray | Sequence[int]) -> None:
     """Write a witness as snarkjs does (version 2); ``values`` are ints or an (n, limbs) uint32 array, standard form."""
     n_limbs = curve.Fr.limbs32

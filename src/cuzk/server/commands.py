@@ -75,9 +75,8 @@ def prove_with_daemon(args: argparse.Namespace) -> int:
     """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>``; the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    witness = Path(args.wtns).read_bytes()
-    with _client(args) as client:
-        result = client.prove(args.zkey, witness, priority=args.priority, timeout=args.timeout)
+    with _client(args) as client:  # a local daemon reads the witness file itself
+        result = client.prove(args.zkey, Path(args.wtns), priority=args.priority, timeout=args.timeout)
     result.write(args.proof, args.public)
     if args.verbose:
         parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in result.timings.items())
@@ -87,7 +86,7 @@ def prove_with_daemon(args: argparse.Namespace) -> int:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        job_id, deduplicated = client.submit(args.key, Path(args.wtns).read_bytes(), priority=args.priority, request_id=args.request_id)
+        job_id, deduplicated = client.submit(args.key, Path(args.wtns), priority=args.priority, request_id=args.request_id)
     print(job_id)
     if deduplicated:
         print(f"(request id {args.request_id!r} was already submitted: this is that job)", file=sys.stderr)

@@ -66,7 +66,7 @@ class Daemon:
         self.engine = Engine(engine_config)
         self.metrics = DaemonMetrics(self.status)
         self.engine.add_listener(self._on_state)
-        self.service = CuzkService(self.engine, self.status, self.metrics.text)
+        self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
         self._servers: list[grpc.Server] = []
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
@@ -112,17 +112,17 @@ class Daemon:
                    ("grpc.so_reuseport", 0)]
         unix = [a for a in self.config.listen_addresses() if a.startswith("unix:")]
         tcp = self.config.tcp_addresses()
-        groups = [(unix, [])] if unix else []
+        groups = [(unix, [], self.service)] if unix else []
         if tcp:
-            groups.append((tcp, [BearerTokenInterceptor(self.config.token)]))
+            groups.append((tcp, [BearerTokenInterceptor(self.config.token)], self.service.without_witness_paths()))
         credentials = self._tls_credentials() if tcp else None
         if tcp and credentials is None:
             log.warning("TCP listener(s) %s without TLS: the bearer token travels in clear (set tls_cert and tls_key)",
                         ", ".join(tcp))
-        for addresses, interceptors in groups:
+        for addresses, interceptors, service in groups:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
-            pb_grpc.add_CuzkServicer_to_server(self.service, server)
+            pb_grpc.add_CuzkServicer_to_server(service, server)
             for address in addresses:
                 if address.startswith("unix:"):
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)

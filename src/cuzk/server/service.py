@@ -8,6 +8,7 @@ name, so jobs for it replay after a restart like any other.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -20,8 +21,9 @@ import grpc
 
 from ..engine.jobs import JobRecord, JobState, UnknownJobError
 from ..engine.journal import RequestIdConflict
-from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped
+from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped, WitnessFileError
 from ..keys.manager import KeyInUseError, UnknownKeyError
+from .proto import WITNESS_PATH_REFUSED
 from .proto import cuzk_pb2 as pb
 from .proto import cuzk_pb2_grpc as pb_grpc
 
@@ -37,7 +39,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, RequestIdConflict):
         return grpc.StatusCode.ALREADY_EXISTS, str(exc)
-    if isinstance(exc, KeyInUseError):
+    if isinstance(exc, (KeyInUseError, WitnessFileError)):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)
     if isinstance(exc, EngineStopped):
         return grpc.StatusCode.UNAVAILABLE, f"{exc} (the engine is restarting; retry)"
@@ -81,11 +83,21 @@ def proof_result(record: JobRecord) -> pb.ProofResult:
 
 
 class CuzkService(pb_grpc.CuzkServicer):
-    def __init__(self, engine: Engine, status: Callable[[], dict[str, Any]], metrics_text: Callable[[], str]):
+    def __init__(self, engine: Engine, status: Callable[[], dict[str, Any]], metrics_text: Callable[[], str], *,
+                 witness_paths: bool = True):
+        """``witness_paths``: take a witness file's path in place of its bytes (set only for the unix socket)."""
         self.engine = engine
         self._status = status
         self._metrics_text = metrics_text
         self._register_lock = threading.Lock()
+        self.witness_paths = witness_paths
+
+    def without_witness_paths(self) -> CuzkService:
+        """This service for the TCP listeners: a remote client's path names nothing here, and reading files
+        for it would lend it the daemon's own file access."""
+        view = copy.copy(self)  # shares the engine and the registration lock
+        view.witness_paths = False
+        return view
 
     # -- keys ---------------------------------------------------------------------------------
 
@@ -114,11 +126,22 @@ class CuzkService(pb_grpc.CuzkServicer):
 
     def _submit(self, request: pb.SubmitProofRequest) -> tuple[str, bool]:
         circuit = self._key_name(request.key)
-        witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
-        if not witness:
-            raise ValueError("the request carries no witness (.wtns bytes)")
+        if request.WhichOneof("witness_source") == "witness_path":
+            witness = request.witness_path
+            if not self.witness_paths:
+                raise WitnessFileError(f"{WITNESS_PATH_REFUSED} on this listener (paths are taken on the daemon's unix socket "
+                                       "only, and only while its witness_paths setting is true): send the witness bytes")
+            if not Path(witness).is_absolute():
+                raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {witness!r} is not an absolute path")
+        else:
+            witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
+            if not witness:
+                raise ValueError("the request carries no witness (.wtns bytes or witness_path)")
         started = time.time()
-        job_id = self.engine.submit(circuit, witness, _priority(request.priority), request.request_id or None)
+        try:
+            job_id = self.engine.submit(circuit, witness, _priority(request.priority), request.request_id or None)
+        except WitnessFileError as exc:
+            raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
         deduplicated = bool(request.request_id) and self.engine.get(job_id).submitted_at < started
         return job_id, deduplicated
 

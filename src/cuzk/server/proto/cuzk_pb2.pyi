@@ -46,16 +46,18 @@ class KeyRef(_message.Message):
     def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
 class SubmitProofRequest(_message.Message):
-    __slots__ = ("key", "witness", "priority", "request_id")
+    __slots__ = ("key", "witness", "witness_path", "priority", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     WITNESS_FIELD_NUMBER: _ClassVar[int]
+    WITNESS_PATH_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: KeyRef
     witness: bytes
+    witness_path: str
     priority: Priority
     request_id: str
-    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., witness_path: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SubmitProofResponse(_message.Message):
     __slots__ = ("job_id", "deduplicated")
