@@ -397,7 +397,7 @@ def test_sigkilled_engine_loses_no_job(circuits, tmp_path):
         child.wait()
     assert len(ids) == 2
     states = {r.job_id: r.state for r in Journal(data_dir).list()}
-    assert states[ids[0]] is JobState.PROVING  # killed mid-proof
+    assert states[ids[0]] is JobState.SYNTHESIZING  # killed mid-proof: journaled as started (PROVING is live state only)
     assert not states[ids[1]].terminal  # queued, or being synthesized beside it
 
     engine = Engine(EngineConfig(data_dir=data_dir, backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
@@ -449,6 +449,26 @@ def test_measured_peak_raises_later_reservations(make_engine):
     assert engine.status()["peaks"] == {"small": estimate.estimated_bytes * 3}
 
 
+def test_proving_is_live_state_and_the_prover_does_not_wait_for_the_journal(make_engine, circuits):
+    engine = make_engine(start=False)
+    proving, done = Gate(JobState.PROVING), Gate(JobState.DONE)
+    engine.add_listener(proving)
+    engine.add_listener(done)
+    first, second = (engine.submit("small", circuits["small"].witness) for _ in range(2))
+    engine.start()
+    assert proving.wait() == first
+    assert engine.get(first).state is JobState.PROVING  # live, while the journal keeps it as started
+    assert engine.journal.get(first).state is JobState.SYNTHESIZING
+    assert [r.job_id for r in engine.list_jobs(states=["proving"])] == [first]
+    assert engine.status()["jobs"]["by_state"]["proving"] == 1
+    proving.open()
+    assert done.wait() == first  # the finishing thread is held in the DONE listener...
+    wait_until(lambda: sum(w["jobs_done"] for w in engine.status()["workers"] if w["kind"] == "proving") == 2, SLOW)
+    assert engine.get(second).state is JobState.PROVING  # ...while the prover has proved the next job
+    done.open()
+    assert engine.await_result(second, timeout=SLOW).state is JobState.DONE
+
+
 def test_status_reports_budget_keys_jobs_and_workers(make_engine, circuits):
     engine = make_engine()
     engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
@@ -457,7 +477,7 @@ def test_status_reports_budget_keys_jobs_and_workers(make_engine, circuits):
     assert set(status["budget"]["by_category"]) == {"key", "pinned", "working", "transient", "runtime"}
     assert status["keys"][0]["name"] == "small" and status["keys"][0]["tier"] == "hot"
     assert status["jobs"]["by_state"]["done"] == 1
-    assert sorted(w["kind"] for w in status["workers"]) == ["housekeeping", "proving", "synthesis"]
+    assert sorted(w["kind"] for w in status["workers"]) == ["finishing", "housekeeping", "proving", "synthesis"]
     assert engine.evict("small") > 0 and engine.status()["keys"][0]["tier"] == "cold"
     assert engine.preload("small") == "hot"
 

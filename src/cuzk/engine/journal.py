@@ -349,7 +349,7 @@ class Journal:
         return rows[0] if rows else None
 
     def list(self, *, states: Iterable[JobState] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
-        """Most recent first."""
+        """Most recent first; ``limit`` -1 for all."""
         where, args = [], []
         if states is not None:
             states = [JobState(s) for s in states]

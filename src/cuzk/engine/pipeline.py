@@ -81,11 +81,12 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,7 @@ from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.runtime import RuntimeReservation
 from ..memory.units import MiB, format_size, parse_size
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis, check_inputs, prove_synthesized, synthesize
-from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
+from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority, UnknownJobError
 from .journal import DataDirLock, Journal, WitnessFile
 from .scheduler import Scheduler, SchedulerClosed
 from .workset import PeakProbe, WorkingSet, return_free_heap, working_set
@@ -294,6 +295,7 @@ class Engine:
 
         self._queue: Scheduler[_Job] = Scheduler()  # submitted, waiting for a synthesis worker
         self._ready: Scheduler[_Job] = Scheduler()  # synthesized, waiting for a proving worker
+        self._proved: queue.SimpleQueue[tuple[_Job, Any] | None] = queue.SimpleQueue()  # proved, to verify and journal
         self._slots = threading.Semaphore(config.synth_workers)  # synthesizing + synthesized-but-not-proving
         self._admission = threading.Lock()
         self._jobs: dict[str, _Job] = {}
@@ -393,6 +395,7 @@ class Engine:
             self._spawn(f"synth-{i}", self._synth_loop, "synthesis", None)
         for i, backend in enumerate(self.backends):
             self._spawn(f"prove-{i}", self._prove_loop, "proving", backend)
+        self._spawn("finish", self._finish_loop, "finishing", None)  # after the provers: stop() joins them first
         self._spawn("housekeeping", self._housekeeping_loop, "housekeeping", None)
         return self
 
@@ -422,6 +425,8 @@ class Engine:
         for _ in range(self.config.synth_workers):
             self._slots.release()  # wake synthesis workers waiting for a slot
         for t in self._threads:
+            if t.name == "cuzk-finish":  # every prover has stopped: what they proved is ahead of this
+                self._proved.put(None)
             t.join(timeout)
         for job in jobs:  # queued ones never reached a worker
             if not job.done.is_set():
@@ -527,7 +532,15 @@ class Engine:
         record = self.journal.get(job_id)
         if record is None:
             raise UnknownJobError(job_id)
-        return record
+        return self._live(record)
+
+    def _live(self, record: JobRecord) -> JobRecord:
+        """The journal's record with this engine's live state (PROVING is not journaled)."""
+        with self._jobs_lock:
+            job = self._jobs.get(record.job_id)
+        if job is None or record.finished or job.state is record.state or job.state.terminal:
+            return record
+        return replace(record, state=job.state)
 
     def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
         with self._jobs_lock:
@@ -563,7 +576,12 @@ class Engine:
     def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
         """Most recent first; finished jobs stay listed until pruned."""
         self._check_open()
-        return self.journal.list(states=None if states is None else [JobState(s) for s in states], circuit=circuit, limit=limit)
+        wanted = None if states is None else {JobState(s) for s in states}
+        if wanted is None or not wanted & set(UNFINISHED_STATES):
+            return [self._live(r) for r in self.journal.list(states=wanted, circuit=circuit, limit=limit)]
+        # A live job's state may differ from its journaled one: ask for every unfinished state, filter after.
+        records = self.journal.list(states=wanted | set(UNFINISHED_STATES), circuit=circuit, limit=-1)
+        return [r for r in map(self._live, records) if r.state in wanted][:limit]
 
     def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
         self._listeners.append(listener)
@@ -650,7 +668,7 @@ class Engine:
             worker = self._workers[name]
             worker["job"] = job_id
             try:
-                result = self._prove(job, backend)
+                proof = self._prove(job, backend)
             except BaseException as exc:  # noqa: BLE001
                 worker["job"] = None
                 if not is_device_error(exc):
@@ -660,7 +678,24 @@ class Engine:
             else:
                 worker["job"] = None
                 worker["jobs_done"] += 1
-                self._finish(job, JobState.DONE, **result)
+                self._proved.put((job, proof))
+
+    def _finish_loop(self, name: str) -> None:
+        """Verify, journal and answer each proved job, off the proving threads.
+
+        A device's next proof need not wait for this one's host-side ending: the pairing check,
+        the journal's fsync'd commit (which queues behind other files' fsyncs when witnesses
+        are coming in) and giving back the job's memory.
+        """
+        while (item := self._proved.get()) is not None:
+            job, proof = item
+            self._workers[name]["job"] = job.id
+            try:
+                self._finish(job, JobState.DONE, **self._complete(job, proof))
+            except BaseException as exc:  # noqa: BLE001 — a rejected proof fails its job, never this thread
+                self._end_with(job, exc)
+            finally:
+                self._workers[name]["job"] = None
 
     def _device_error(self, name: str, backend, job: _Job, exc: BaseException) -> bool:
         """A CUDA error on worker ``name`` while proving ``job``: self-test the device, then requeue or fail the job.
@@ -716,12 +751,15 @@ class Engine:
             hint = " — the devices passed their self-test afterwards, so this job's input likely triggers a kernel bug"
         return f"failed on the GPU and not retried: {why}: {errors}{hint}"
 
-    def _prove(self, job: _Job, backend) -> dict[str, Any]:
-        """Prove and self-verify; returns the result for the journal (resources already released)."""
+    def _prove(self, job: _Job, backend):
+        """The proving half on ``backend``; returns the proof, not yet verified.
+
+        The journal keeps the job as started (SYNTHESIZING) meanwhile: PROVING is live state only
+        (``get`` and ``list_jobs`` show it), since a replay treats both alike and the proving
+        thread should not wait on a commit.
+        """
         self._checkpoint(job)
-        self.journal.set_state(job.id, JobState.PROVING)
         self._set_state(job, JobState.PROVING)
-        self._checkpoint(job)
         abc = job.workset.abc_bytes
 
         def abc_released() -> None:
@@ -729,8 +767,11 @@ class Engine:
 
         synthesis, job.synthesis = job.synthesis, None
         with self.keys.on_device(job.lease, backend) as device_key:  # bases resident in this device's VRAM when they fit
-            proof = prove_synthesized(backend, device_key.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
-        del synthesis
+            return prove_synthesized(backend, device_key.zkey, synthesis, on_abc_released=abc_released, cancelled=job.cancelled)
+
+    def _complete(self, job: _Job, proof) -> dict[str, Any]:
+        """Self-verify a proof; returns the result for the journal (the job's resources released)."""
+        self._checkpoint(job)  # a cancel that came while it waited here is honoured: cancel() said it would be
         timings = {**job.phase_timings, **proof.timings}
         if self.config.verify:
             t = time.perf_counter()
@@ -892,6 +933,10 @@ class Engine:
                        "reserved_bytes": j.reservation.nbytes if j.reservation else 0, "worker": j.worker,
                        "requeues": len(j.device_errors), "device_errors": len(j.device_errors)}  # a live job was requeued after each
                       for j in self._jobs.values() if j.state is not JobState.QUEUED]
+        by_state = self.journal.counts()
+        proving = min(by_state[JobState.SYNTHESIZING.value], sum(j["state"] == JobState.PROVING.value for j in active))
+        by_state[JobState.SYNTHESIZING.value] -= proving  # journaled as started; PROVING is live state only
+        by_state[JobState.PROVING.value] += proving
         reconciler = None
         if self.reconciler is not None:
             latest = self.reconciler.latest
@@ -906,7 +951,7 @@ class Engine:
             "keys": self.keys.status(),
             "devices": self.keys.device_status(),
             "jobs": {
-                "by_state": self.journal.counts(),
+                "by_state": by_state,
                 "queued_by_priority": self._queue.depth_by_priority(),
                 "waiting_for_prover": len(self._ready),
                 "active": active,
