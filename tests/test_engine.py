@@ -469,6 +469,24 @@ def test_proving_is_live_state_and_the_prover_does_not_wait_for_the_journal(make
     assert engine.await_result(second, timeout=SLOW).state is JobState.DONE
 
 
+def test_stop_keeps_a_proof_that_was_waiting_to_be_finished(make_engine, circuits):
+    engine = make_engine(start=False)
+    done = Gate(JobState.DONE)
+    engine.add_listener(done)
+    first, second = (engine.submit("small", circuits["small"].witness) for _ in range(2))
+    engine.start()
+    assert done.wait() == first  # the finishing thread is held while the second proof is made
+    wait_until(lambda: sum(w["jobs_done"] for w in engine.status()["workers"] if w["kind"] == "proving") == 2, SLOW)
+    stopping = threading.Thread(target=engine.stop)
+    stopping.start()
+    wait_until(lambda: not engine.status()["running"])
+    done.open()
+    stopping.join(60)
+    assert not stopping.is_alive()
+    journal = Journal(engine.config.data_dir)
+    assert journal.get(second).state is JobState.DONE and journal.get(second).proof is not None  # not left to replay
+
+
 def test_status_reports_budget_keys_jobs_and_workers(make_engine, circuits):
     engine = make_engine()
     engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)

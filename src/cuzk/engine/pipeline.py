@@ -14,7 +14,7 @@ Usage (what the gRPC/HTTP server, the CLI and the tests do)::
 The API, all thread-safe:
 
 - ``submit(circuit, witness, priority=NORMAL, request_id=None) -> job_id`` — the witness is
-  the .wtns file's bytes. The witness is checked against the key's header (curve, number of
+  the .wtns file's bytes or its path (copied into the journal by the kernel). The witness is checked against the key's header (curve, number of
   signals) and the job is journaled (fsync'd) before this returns; a repeated
   ``request_id`` returns the first job's id. Raises a ``ValueError`` subclass for an unknown
   circuit, a malformed or mismatched witness, a request id reused for other work.
@@ -62,7 +62,11 @@ overlaps the current proof without running ahead of memory. Admission is seriali
 job at a time waits for memory) so two half-admitted jobs can never wait on each other; a
 job whose key plus working set exceeds the whole budget fails at once with that reason.
 Each proof is verified against the key before it is returned (``verify``); a proof that
-does not verify is never returned — the job fails with the reason.
+does not verify is never returned — the job fails with the reason. Verifying, journaling the
+result and giving back the job's memory happen on one finishing thread, so a device's next
+proof never waits on them (the journal's commits queue behind witness fsyncs while jobs come
+in). The journal records a job as started (SYNTHESIZING) once a worker takes it; PROVING is
+live state, which ``get``, ``list_jobs`` and ``status`` show (a replay treats both alike).
 
 ``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
 the journal, so the next engine on the data directory replays it (as after a crash). A job
@@ -771,7 +775,8 @@ class Engine:
 
     def _complete(self, job: _Job, proof) -> dict[str, Any]:
         """Self-verify a proof; returns the result for the journal (the job's resources released)."""
-        self._checkpoint(job)  # a cancel that came while it waited here is honoured: cancel() said it would be
+        if job.cancel_requested.is_set():  # cancel() said it would be; a stop() still lets a finished proof be kept
+            raise ProofCancelled()
         timings = {**job.phase_timings, **proof.timings}
         if self.config.verify:
             t = time.perf_counter()
