@@ -440,7 +440,7 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
     with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: 'w.wtns' is not an absolute path") as info:
         raw_submit(client, "w.wtns")
     assert info.value.code == "FAILED_PRECONDITION"
-    with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: .*{tmp_path}/none.wtns: No such file"):
+    with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: .*{tmp_path}/none.wtns': No such file"):
         raw_submit(client, str(tmp_path / "none.wtns"))
     with pytest.raises(DaemonError, match="is not a regular file"):
         raw_submit(client, str(tmp_path))

@@ -302,8 +302,10 @@ def test_witness_by_path_is_copied_into_the_journal_and_proved(make_engine, circ
 
 def test_bad_witness_paths_are_refused_before_anything_is_copied(make_engine, circuits, tmp_path):
     engine = make_engine(keys=("small", "large"))
-    with pytest.raises(WitnessFileError, match=f"cannot open the witness file {tmp_path}/missing.wtns: No such file"):
+    with pytest.raises(WitnessFileError, match=f"cannot open the witness file '{tmp_path}/missing.wtns': No such file"):
         engine.submit("small", tmp_path / "missing.wtns")
+    with pytest.raises(WitnessFileError, match="embedded null byte"):
+        engine.submit("small", f"{tmp_path}/a\0b.wtns")
     with pytest.raises(WitnessFileError, match="is not a regular file"):
         engine.submit("small", tmp_path)
     fifo = tmp_path / "fifo.wtns"

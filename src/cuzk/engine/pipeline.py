@@ -204,8 +204,8 @@ def _open_witness_file(path: str | os.PathLike, header) -> Iterator[WitnessFile]
     """A caller's .wtns file, opened for the journal's copy; what cannot be one is refused before anything is copied."""
     try:  # O_NONBLOCK: a FIFO must not hang the caller; it is refused below as not a regular file
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise WitnessFileError(f"cannot open the witness file {os.fspath(path)}: {exc.strerror}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        raise WitnessFileError(f"cannot open the witness file {os.fspath(path)!r}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
