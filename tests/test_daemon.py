@@ -433,8 +433,8 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
     check_proof(result, medium, tmp_path)
 
     # The daemon's refusals, as a raw request gets them.
-    def raw_submit(c: Client, witness_path: str):
-        request = pb.SubmitProofRequest(key=pb.KeyRef(name=toy.name), witness_path=witness_path)
+    def raw_submit(c: Client, witness_path: str, identity: pb.FileIdentity | None = None):
+        request = pb.SubmitProofRequest(key=pb.KeyRef(name=toy.name), witness_path=witness_path, witness_identity=identity)
         return c._call(c._stub.SubmitProof, request, timeout=30, retry=False)
 
     with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: 'w.wtns' is not an absolute path") as info:
@@ -444,6 +444,11 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
         raw_submit(client, str(tmp_path / "none.wtns"))
     with pytest.raises(DaemonError, match="is not a regular file"):
         raw_submit(client, str(tmp_path))
+    st = toy.witness.stat()
+    elsewhere = pb.FileIdentity(device=st.st_dev, inode=st.st_ino + 1, size=st.st_size, mtime_ns=st.st_mtime_ns)
+    with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: .* is not the file the caller named") as info:
+        raw_submit(client, str(toy.witness), elsewhere)  # the client saw another file at that path
+    assert info.value.code == "FAILED_PRECONDITION"
     with pytest.raises(DaemonError, match="more than a witness of this circuit") as info:
         raw_submit(client, str(medium.witness))  # another circuit's larger witness: sized before any copy
     assert info.value.code == "INVALID_ARGUMENT"

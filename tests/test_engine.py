@@ -24,7 +24,7 @@ from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
 from cuzk.engine.jobs import JobError, UnknownJobError
 from cuzk.engine.journal import DataDirLocked, Journal, RequestIdConflict
-from cuzk.engine.pipeline import WitnessFileError
+from cuzk.engine.pipeline import FileIdentity, WitnessFileError
 from cuzk.engine.workset import working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
@@ -295,6 +295,15 @@ def test_witness_by_path_is_copied_into_the_journal_and_proved(make_engine, circ
     assert record.state is JobState.DONE, record.error
     assert record.public_signals == [str(v) for v in synthesize_public(c)]
     assert engine.submit("small", c.witness, request_id="by-path") == job_id  # same witness, by bytes: the same job
+    other = tmp_path / "other.wtns"
+    other.write_bytes(c.witness)
+    seen = FileIdentity.of(os.stat(other))  # what a caller saw at the path: the file the engine opens must be it
+    assert engine.await_result(engine.submit("small", other, witness_identity=seen), timeout=SLOW).state is JobState.DONE
+    with pytest.raises(WitnessFileError, match="is not the file the caller named"):
+        engine.submit("small", source, witness_identity=seen)  # another file (another inode) at the path
+    os.utime(other, ns=(seen.mtime_ns + 10**9, seen.mtime_ns + 10**9))
+    with pytest.raises(WitnessFileError, match="or one changed since"):
+        engine.submit("small", other, witness_identity=seen)
     unsatisfied_witness(c, tmp_path)  # writes bad.wtns: another witness of the right shape
     with pytest.raises(RequestIdConflict):
         engine.submit("small", str(tmp_path / "bad.wtns"), request_id="by-path")

@@ -14,8 +14,10 @@ message is the daemon's own.
 
 A witness may be given as bytes or as a path. On a unix socket the client sends the path and
 the daemon copies the file itself, sparing two protobuf copies of a large witness under each
-side's GIL; when the daemon cannot read it (another mount namespace, ``witness_paths = false``)
-the client sends the bytes instead, and keeps doing so on that connection.
+side's GIL. The file's identity (device, inode, size, mtime) goes with the path, so a daemon
+that sees another file there refuses it; when the daemon refuses the path for any reason
+(another mount namespace, ``witness_paths = false``) the client sends the bytes instead, and
+keeps doing so on that connection.
 """
 
 from __future__ import annotations
@@ -222,8 +224,10 @@ class Client:
         if not path.is_file():
             raise FileNotFoundError(f"no witness file {path}")
         if self.sends_witness_paths:
+            st = path.stat()  # the daemon proves this very file, or refuses (another file at the path on its side)
+            identity = pb.FileIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns)
             try:
-                return send({"witness_path": str(path)})
+                return send({"witness_path": str(path), "witness_identity": identity})
             except DaemonError as exc:
                 if exc.code != "FAILED_PRECONDITION" or not str(exc).startswith(WITNESS_PATH_REFUSED):
                     raise

@@ -92,7 +92,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 
 from ..backends.cuda.modules import is_device_error
@@ -199,8 +199,21 @@ def _self_test_outcome(problem: str | None) -> str:
     return "self-test passed" if problem is None else f"self-test failed: {problem}"
 
 
+class FileIdentity(NamedTuple):
+    """A file as stat(2) shows it: what a client saw at a path, checked against what the engine opens there."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileIdentity:
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 @contextlib.contextmanager
-def _open_witness_file(path: str | os.PathLike, header) -> Iterator[WitnessFile]:
+def _open_witness_file(path: str | os.PathLike, header, expected: FileIdentity | None) -> Iterator[WitnessFile]:
     """A caller's .wtns file, opened for the journal's copy; what cannot be one is refused before anything is copied."""
     try:  # O_NONBLOCK: a FIFO must not hang the caller; it is refused below as not a regular file
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -210,6 +223,9 @@ def _open_witness_file(path: str | os.PathLike, header) -> Iterator[WitnessFile]
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise WitnessFileError(f"the witness path {os.fspath(path)} is not a regular file")
+        if expected is not None and FileIdentity.of(st) != expected:
+            raise WitnessFileError(f"{os.fspath(path)} is not the file the caller named ({FileIdentity.of(st)} here, "
+                                   f"{expected} there): another file at that path, or one changed since")
         most = wtns_file_size(header.curve, header.n_vars)
         if st.st_size > most:
             raise JobError(f"the witness file {os.fspath(path)} is {format_size(st.st_size)}, more than a witness of this "
@@ -492,12 +508,14 @@ class Engine:
 
     # ---- jobs -------------------------------------------------------------------------------
     def submit(self, circuit: str, witness: bytes | bytearray | memoryview | str | os.PathLike,
-               priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
+               priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None, *,
+               witness_identity: FileIdentity | None = None) -> str:
         """Journal a proof request (durable before this returns) and queue it; returns the job id.
 
         ``witness`` is the .wtns file's bytes or its path. A path is copied into the journal by the
         kernel, so a large witness costs no copies under the GIL (the daemon takes paths from
-        clients on its unix socket); a file the engine cannot open raises ``WitnessFileError``.
+        clients on its unix socket); a file the engine cannot open, or one whose identity is not
+        ``witness_identity`` (what the caller saw there), raises ``WitnessFileError``.
         """
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
@@ -510,7 +528,7 @@ class Engine:
             check_inputs(header, read_wtns(path))  # FormatError / ProvingError name what is wrong
 
         if isinstance(witness, (str, os.PathLike)):
-            with _open_witness_file(witness, header) as source:
+            with _open_witness_file(witness, header, witness_identity) as source:
                 record, created = self.journal.submit(circuit, priority, source, request_id, check=check)
         else:
             record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)

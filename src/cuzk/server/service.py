@@ -21,7 +21,7 @@ import grpc
 
 from ..engine.jobs import JobRecord, JobState, UnknownJobError
 from ..engine.journal import RequestIdConflict
-from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped, WitnessFileError
+from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..keys.manager import KeyInUseError, UnknownKeyError
 from .proto import WITNESS_PATH_REFUSED
 from .proto import cuzk_pb2 as pb
@@ -126,8 +126,12 @@ class CuzkService(pb_grpc.CuzkServicer):
 
     def _submit(self, request: pb.SubmitProofRequest) -> tuple[str, bool]:
         circuit = self._key_name(request.key)
+        identity = None
         if request.WhichOneof("witness_source") == "witness_path":
             witness = request.witness_path
+            if request.HasField("witness_identity"):
+                i = request.witness_identity
+                identity = FileIdentity(i.device, i.inode, i.size, i.mtime_ns)
             if not self.witness_paths:
                 raise WitnessFileError(f"{WITNESS_PATH_REFUSED} on this listener (paths are taken on the daemon's unix socket "
                                        "only, and only while its witness_paths setting is true): send the witness bytes")
@@ -139,7 +143,8 @@ class CuzkService(pb_grpc.CuzkServicer):
                 raise ValueError("the request carries no witness (.wtns bytes or witness_path)")
         started = time.time()
         try:
-            job_id = self.engine.submit(circuit, witness, _priority(request.priority), request.request_id or None)
+            job_id = self.engine.submit(circuit, witness, _priority(request.priority), request.request_id or None,
+                                        witness_identity=identity)
         except WitnessFileError as exc:
             raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
         deduplicated = bool(request.request_id) and self.engine.get(job_id).submitted_at < started

@@ -45,19 +45,33 @@ class KeyRef(_message.Message):
     path: str
     def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
 
+class FileIdentity(_message.Message):
+    __slots__ = ("device", "inode", "size", "mtime_ns")
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    MTIME_NS_FIELD_NUMBER: _ClassVar[int]
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+    def __init__(self, device: _Optional[int] = ..., inode: _Optional[int] = ..., size: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
+
 class SubmitProofRequest(_message.Message):
-    __slots__ = ("key", "witness", "witness_path", "priority", "request_id")
+    __slots__ = ("key", "witness", "witness_path", "witness_identity", "priority", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     WITNESS_FIELD_NUMBER: _ClassVar[int]
     WITNESS_PATH_FIELD_NUMBER: _ClassVar[int]
+    WITNESS_IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: KeyRef
     witness: bytes
     witness_path: str
+    witness_identity: FileIdentity
     priority: Priority
     request_id: str
-    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., witness_path: _Optional[str] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., witness_path: _Optional[str] = ..., witness_identity: _Optional[_Union[FileIdentity, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SubmitProofResponse(_message.Message):
     __slots__ = ("job_id", "deduplicated")
