@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO, snarkjs_verify
+from cuzk.backends import get_backend
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler, is_device_error
 from cuzk.circuits.synthetic import synthesize, write_synthetic
@@ -405,6 +406,23 @@ def test_devices_setting_rejects_what_is_not_a_list_of_ordinals(tmp_path, device
 def test_devices_setting_from_the_daemon_config(tmp_path):
     assert EngineConfig.from_mapping(tmp_path, {"devices": [1, 0]}).devices == [1, 0]
     assert EngineConfig.from_mapping(tmp_path, {}).devices == "all"
+
+
+def test_synth_workers_auto_keeps_a_job_ready_for_every_device(tmp_path):
+    def workers(backends, **config) -> int:
+        engine = Engine(EngineConfig(data_dir=tmp_path / f"d{len(backends)}{config}", budget_bytes=1 << 30, reconcile=False,
+                                     measure_peaks=False, **config), backends=backends)
+        try:
+            return engine.synth_workers
+        finally:
+            engine.stop()
+
+    assert workers([emulated(0), emulated(1)]) == 3  # one more than the devices
+    assert workers([emulated(0)]) == 2
+    assert workers([get_backend("cpu")]) == 1  # CPU proving needs the cores synthesis would take
+    assert workers([emulated(0), emulated(1)], synth_workers=5) == 5
+    with pytest.raises(ValueError, match='synth_workers must be "auto" or a whole number'):
+        EngineConfig(data_dir=tmp_path, synth_workers="many")
 
 
 def test_without_a_gpu_the_engine_proves_on_the_cpu_and_refuses_cuda(tmp_path):

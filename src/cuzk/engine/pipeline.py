@@ -42,6 +42,7 @@ The API, all thread-safe:
   state change, before the worker's next cancellation check (observers, streaming status).
 
 Inside: one priority queue of submitted jobs (``Scheduler``), ``synth_workers`` CPU threads
+(auto: one more than the GPUs, 1 on the CPU backend)
 that admit a job — key lease from the ``KeyManager`` (hot tier, loaded on demand), then a
 working-set reservation sized from the header (``workset.working_set``), both waiting for
 room rather than over-committing — and synthesize it; a second priority queue of
@@ -146,7 +147,9 @@ class EngineConfig:
     budget_over_limit: bool = False  # trust budget_bytes over a lower detected limit (memory.plan, loud warning)
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
     devices: str | list[int] = "all"  # CUDA ordinals with a proving worker each (as CuPy numbers them)
-    synth_workers: int = 1
+    # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than
+    # the GPUs, so each device finds its next job ready; 1 on the CPU backend, whose proving needs the same cores.
+    synth_workers: int | str = "auto"
     verify: bool = True
     key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
     key_idle_evict_s: float = 10.0
@@ -164,8 +167,9 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        if self.synth_workers < 1:
-            raise ValueError(f"synth_workers must be at least 1, got {self.synth_workers}")
+        if self.synth_workers != "auto" and (isinstance(self.synth_workers, bool) or not isinstance(self.synth_workers, int)
+                                             or self.synth_workers < 1):
+            raise ValueError(f"synth_workers must be \"auto\" or a whole number of at least 1, got {self.synth_workers!r}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
         limit = self.device_errors_per_job
@@ -316,7 +320,9 @@ class Engine:
         self._queue: Scheduler[_Job] = Scheduler()  # submitted, waiting for a synthesis worker
         self._ready: Scheduler[_Job] = Scheduler()  # synthesized, waiting for a proving worker
         self._proved: queue.SimpleQueue[tuple[_Job, Any] | None] = queue.SimpleQueue()  # proved, to verify and journal
-        self._slots = threading.Semaphore(config.synth_workers)  # synthesizing + synthesized-but-not-proving
+        self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
+            len(self.backends) + 1 if any(can_hold_keys(b) for b in self.backends) else 1)
+        self._slots = threading.Semaphore(self.synth_workers)  # synthesizing + synthesized-but-not-proving
         self._admission = threading.Lock()
         self._jobs: dict[str, _Job] = {}
         self._jobs_lock = threading.Lock()
@@ -411,7 +417,7 @@ class Engine:
         self._started = True
         if self._owns_reconciler and self.reconciler is not None:
             self.reconciler.start()
-        for i in range(self.config.synth_workers):
+        for i in range(self.synth_workers):
             self._spawn(f"synth-{i}", self._synth_loop, "synthesis", None)
         for i, backend in enumerate(self.backends):
             self._spawn(f"prove-{i}", self._prove_loop, "proving", backend)
@@ -442,7 +448,7 @@ class Engine:
         for job in self._ready.close():  # synthesized but never proved: give back what they hold
             self._release(job)
             self._interrupt(job)
-        for _ in range(self.config.synth_workers):
+        for _ in range(self.synth_workers):
             self._slots.release()  # wake synthesis workers waiting for a slot
         for t in self._threads:
             if t.name == "cuzk-finish":  # every prover has stopped: what they proved is ahead of this
@@ -984,6 +990,6 @@ class Engine:
             "workers": [dict(w) for w in self._workers.values()],
             "peaks": dict(self._peaks),
             "config": {"backend": [getattr(b, "name", str(b)) for b in self.backends], "verify": self.config.verify,
-                       "synth_workers": self.config.synth_workers, "key_tier": self.config.key_tier,
+                       "synth_workers": self.synth_workers, "key_tier": self.config.key_tier,
                        "data_dir": str(self.config.data_dir)},
         }
