@@ -892,9 +892,6 @@ class Engine:
             job.done.set()
 
     # ---- measurement ------------------------------------------------------------------------
-    def _loads_total(self) -> int:
-        return sum(k["loads"] for k in self.keys.status())
-
     def _begin_measure(self, job: _Job) -> None:
         with self._measure_lock:
             for other in self._active:
@@ -904,7 +901,7 @@ class Engine:
             job.overlapped = bool(self._active) or job.lease.tier is not KeyTier.HOT or job.circuit not in self._seen_circuits
             self._seen_circuits.add(job.circuit)
             self._active.add(job)
-            job.loads_at_start = self._loads_total()
+            job.loads_at_start = self.keys.loads_total()
             if self._probe is not None and not job.overlapped:
                 job.probe_baseline = self._probe.begin()
 
@@ -912,7 +909,7 @@ class Engine:
         if self._probe is None or job.probe_baseline is None:
             return
         with self._measure_lock:
-            clean = not job.overlapped and self._loads_total() == job.loads_at_start
+            clean = not job.overlapped and self.keys.loads_total() == job.loads_at_start
             peak = self._probe.end(job.probe_baseline) if clean else None
         if peak is not None and peak > job.workset.estimated_bytes and peak > (self._peaks.get(job.circuit) or 0):
             log.info("circuit %s: measured working-set peak %s above the estimate %s", job.circuit, format_size(peak),
@@ -943,7 +940,7 @@ class Engine:
             if self._active:
                 return False
         snap = self.budget.snapshot()
-        return snap["waiters"] == 0 and snap["by_category"]["working"]["bytes"] == 0 and not any(k["loading"] for k in self.keys.status())
+        return snap["waiters"] == 0 and snap["by_category"]["working"]["bytes"] == 0 and not self.keys.any_loading()
 
     def _heartbeat(self) -> None:
         from .supervisor import write_engine_state

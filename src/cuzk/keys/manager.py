@@ -592,6 +592,16 @@ class KeyManager:
             self._zombies = kept
 
     # ---- status -------------------------------------------------------------------------
+    def any_loading(self) -> bool:
+        """Whether a key load is in flight (cheap: the engine's housekeeping asks every tick)."""
+        with self._lock:
+            return any(e.loading is not None for e in self._entries.values())
+
+    def loads_total(self) -> int:
+        """Key loads so far, all keys (the engine compares it around a job to tell a clean peak measurement)."""
+        with self._lock:
+            return sum(e.loads for e in self._entries.values())
+
     def status(self) -> list[dict]:
         with self._lock:
             resident = {keys.device: set(keys.resident_names()) for keys in self._devices.values()}
