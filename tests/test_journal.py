@@ -146,6 +146,19 @@ def test_a_witness_file_is_copied_up_to_its_checked_size(tmp_path, monkeypatch, 
     assert created and j.witness_path(rec.job_id).read_bytes() == data
     assert j.submit("c", Priority.NORMAL, data, request_id="f") == (rec, False)  # its digest is the bytes' digest
     assert sorted(p.name for p in j.witness_dir.iterdir()) == [f"{rec.job_id}.wtns"]
+    short = tmp_path / "short.wtns"  # truncated after its size was taken: the copy stops at its end, the check decides
+    short.write_bytes(b"12345")
+
+    def check(path):
+        raise ValueError(f"the witness file is {path.stat().st_size} bytes")
+
+    fd = os.open(short, os.O_RDONLY)
+    try:
+        with pytest.raises(ValueError, match="is 5 bytes"):
+            j.submit("c", Priority.NORMAL, WitnessFile(fd, 4096), check=check)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in j.witness_dir.iterdir()) == [f"{rec.job_id}.wtns"]  # nothing of it kept
 
 
 def test_finish_deletes_the_witness_and_stores_the_result(tmp_path):
