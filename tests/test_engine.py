@@ -460,6 +460,11 @@ def test_measured_peak_raises_later_reservations(make_engine):
     assert engine.status()["peaks"] == {"small": estimate.estimated_bytes * 3}
 
 
+def proofs_made(engine: Engine) -> int:
+    """Proofs the proving workers have made, whether or not the finishing thread has ended their jobs yet."""
+    return sum(w["jobs_done"] for w in engine.status()["workers"] if w["kind"] == "proving")
+
+
 def test_proving_is_live_state_and_the_prover_does_not_wait_for_the_journal(make_engine, circuits):
     engine = make_engine(start=False)
     proving, done = Gate(JobState.PROVING), Gate(JobState.DONE)
@@ -474,7 +479,7 @@ def test_proving_is_live_state_and_the_prover_does_not_wait_for_the_journal(make
     assert engine.status()["jobs"]["by_state"]["proving"] == 1
     proving.open()
     assert done.wait() == first  # the finishing thread is held in the DONE listener...
-    wait_until(lambda: sum(w["jobs_done"] for w in engine.status()["workers"] if w["kind"] == "proving") == 2, SLOW)
+    wait_until(lambda: proofs_made(engine) == 2, SLOW)
     assert engine.get(second).state is JobState.PROVING  # ...while the prover has proved the next job
     done.open()
     assert engine.await_result(second, timeout=SLOW).state is JobState.DONE
@@ -487,7 +492,7 @@ def test_stop_keeps_a_proof_that_was_waiting_to_be_finished(make_engine, circuit
     first, second = (engine.submit("small", circuits["small"].witness) for _ in range(2))
     engine.start()
     assert done.wait() == first  # the finishing thread is held while the second proof is made
-    wait_until(lambda: sum(w["jobs_done"] for w in engine.status()["workers"] if w["kind"] == "proving") == 2, SLOW)
+    wait_until(lambda: proofs_made(engine) == 2, SLOW)
     stopping = threading.Thread(target=engine.stop)
     stopping.start()
     wait_until(lambda: not engine.status()["running"])
