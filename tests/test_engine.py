@@ -423,6 +423,27 @@ def test_sigkilled_engine_loses_no_job(circuits, tmp_path):
         engine.stop()
 
 
+def test_threads_launch_parallel_kernels_safely_on_numbas_workqueue_layer(circuits, tmp_path):
+    """Where numba has neither TBB nor OpenMP it uses workqueue, which kills the process when two threads
+    launch parallel kernels at once; synthesis beside a CPU proof does. The launches take turns there."""
+    c = circuits["large"]
+    code = textwrap.dedent(f"""
+        import numba
+        from cuzk.engine import Engine, EngineConfig
+        from cuzk.memory.budget import MemoryBudget
+        engine = Engine(EngineConfig(data_dir={str(tmp_path / "data")!r}, backend="cpu", reconcile=False, synth_workers=2),
+                        budget=MemoryBudget(1 << 30))
+        engine.register_key("large", {str(c.zkey)!r})
+        with engine:
+            jobs = [engine.submit("large", {str(c.wtns)!r}) for _ in range(6)]
+            print(numba.threading_layer(), *(engine.await_result(j, timeout=600).state.value for j in jobs))
+    """)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=900,
+                         env={**os.environ, "NUMBA_THREADING_LAYER": "workqueue"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["workqueue"] + ["done"] * 6
+
+
 def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, circuits, tmp_path):
     engine = make_engine(start=False)
     w = circuits["small"].witness

@@ -15,6 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from .parallel import parallel_kernel
+
 MASK32 = np.uint64(0xFFFFFFFF)
 SHIFT32 = np.uint64(32)
 
@@ -88,7 +90,7 @@ def mont_mul(a, b, p, p_inv, out, t) -> None:
         sub_in_place(out, p)
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def mont_mul_rows_by_constant(values, k, p, p_inv, out) -> None:
     """out[i] = values[i]·k·R⁻¹ mod p for every row (values may be a strided view)."""
     n = values.shape[0]

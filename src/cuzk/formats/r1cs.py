@@ -28,6 +28,7 @@ from ._montgomery import add_mod, montgomery_constants, mont_mul
 from .binfile import BinFile, n8_of, write_binfile
 from .errors import FormatError
 from .limbs import first_not_below, ints_to_limbs
+from .parallel import parallel_kernel
 
 R1CS_VERSION = 1
 HEADER, CONSTRAINTS, WIRE_TO_LABEL, CUSTOM_GATES_LIST, CUSTOM_GATES_USES = 1, 2, 3, 4, 5
@@ -178,7 +179,7 @@ def _scan_constraints(words, n_constraints, n_limbs, n_wires, row_ptr, row_start
     return 0, 0, 0, 0
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _fill_constraints(words, n_limbs, row_ptr, row_start, offsets, cols, values):
     """Copy each constraint's terms into the CSR arrays (matrix m's entries start at offsets[m])."""
     stride = 1 + n_limbs
@@ -267,7 +268,7 @@ def _encode_constraints(A: SparseMatrix, B: SparseMatrix, C: SparseMatrix, n_lim
     return words
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _encode_kernel(row_ptr, offsets, cols, values, row_start, words):
     n_limbs = values.shape[1]
     for c in prange(row_start.shape[0] - 1):
@@ -321,7 +322,7 @@ def _dot_row(row_ptr, col, coeffs, i, w, p, p_inv, acc, prod, t) -> None:
         add_mod(acc, prod, p)
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, p, p_inv, r_inv, failing):
     """failing[i] = (A_i·w)(B_i·w) ≠ C_i·w.
 

@@ -44,6 +44,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ...curves.field import PrimeField
+from ...formats.parallel import parallel_kernel
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("cuzk's CPU backend reinterprets uint32 limb arrays as uint64 and needs a little-endian machine")
@@ -636,7 +637,7 @@ MUL, ADD, SUB = 0, 1, 2
 NEG, SQR, TO_MONT, FROM_MONT = 0, 1, 2, 3
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def fp_binary_vec(a, b, out, op, fc):
     """out[i] = a[i] (op) b[i] for op in MUL, ADD, SUB; out may be a or b."""
     p, pinv, one, r2, pm2 = fc
@@ -650,7 +651,7 @@ def fp_binary_vec(a, b, out, op, fc):
             fp_sub(a[i], b[i], out[i], f)
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def fp_unary_vec(a, out, op, fc):
     """out[i] = op(a[i]) for op in NEG, SQR, TO_MONT, FROM_MONT; out may be a."""
     p, pinv, one, r2, pm2 = fc
@@ -685,7 +686,7 @@ def _batch_inv_range(a, out, prefix, lo, hi, fc):
         fp_copy(acc[1], out[i])
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def fp_batch_inv_vec(a, out, fc):
     """out[i] = 1/a[i] (0 for 0); a and out may be the same array. Chunks run in parallel."""
     n = a.shape[0]
@@ -708,7 +709,7 @@ def _mul_powers_range(a, base, out, lo, hi, fc):
         fp_mul(power, base, power, fc)
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def fp_mul_powers_vec(a, base, out, fc):
     """out[i] = a[i]·base^i, or base^i itself when ``a`` is empty (twiddle tables, coset shifts).
 

@@ -33,6 +33,7 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.limbs import first_not_below
+from ...formats.parallel import parallel_kernel
 from ..base import point_rows
 from .ec import jac_add_affine, jac_double, jac_from_affine
 from .field import (
@@ -141,7 +142,7 @@ def _build_window(base, table_window, fc):
 # parallel kernel unpacks it before its prange and rebuilds it inside.
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _build_table(window_bases, table, fc):
     """table[j, d−1] = d·window_bases[j], one window per parallel task."""
     p, pinv, one, r2, pm2 = fc
@@ -249,7 +250,7 @@ def _fixed_base_range(table, w, scalars, out, lo, hi, fc):
             fe_set_zero(acc[i, 1])
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _fixed_base_mul(table, w, scalars, out, fc):
     """out[i] = scalars[i]·g from the signed-window table of g (see FixedBaseTable)."""
     n = scalars.shape[0]
@@ -372,7 +373,7 @@ def _sparse_range(points, indptr, index, magnitude, negative, out, lo, hi, fc):
     _to_affine(jac, out, lo, hi, prefix, fc)
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _sparse_combinations(points, indptr, index, magnitude, negative, out, fc):
     """out[k] = Σ_t ±magnitude[t]·points[index[t]] over t in indptr[k]..indptr[k+1] (Straus)."""
     n = out.shape[0]
@@ -454,7 +455,7 @@ def _first_off_curve_range(points, b, lo, hi, fc):
     return -1
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _first_off_curve(points, b, fc):
     n = points.shape[0]
     p, pinv, one, r2, pm2 = fc
@@ -545,7 +546,7 @@ def _column_sums_range(indptr, rows, coeffs, lagrange, out, lo, hi, fc):
         fp_copy(t[0], out[k])
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _column_sums(indptr, rows, coeffs, lagrange, out, fc):
     n = out.shape[0]
     p, pinv, one, r2, pm2 = fc

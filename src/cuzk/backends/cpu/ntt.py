@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit, prange
 
 from ...curves import Curve
+from ...formats.parallel import parallel_kernel
 from .field import (
     FieldConsts,
     _stack_array,
@@ -49,7 +50,7 @@ def _butterflies(a, tw, m, stride, base, k0, k1, fc):
         ti += stride
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _ntt_in_place(a, tw, log_n, fc):
     """All stages over a bit-reversed input ``a`` (n, N) uint64; tw[i] = w^i for i < n/2.
 
@@ -83,7 +84,7 @@ def _ntt_in_place(a, tw, log_n, fc):
             m *= 2
 
 
-@njit(cache=True, parallel=True)
+@parallel_kernel
 def _scale(a, factor, fc):
     p, pinv, one, r2, pm2 = fc
     for i in prange(a.shape[0]):

@@ -22,6 +22,7 @@ from numba import njit, prange
 
 from ...curves import Curve
 from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
+from ...formats.parallel import parallel_kernel
 
 
 @njit(cache=True)
@@ -39,7 +40,7 @@ def _accumulate(entries, order, first, stop, witness, out, fc):
         fp_add(target, product, target, fc)
 
 
-@njit(cache=True, parallel=True, nogil=True)
+@parallel_kernel(nogil=True)
 def _evaluate(entries, order, starts, witness, out, fc):
     p, pinv, one, r2, pm2 = fc
     for t in prange(starts.shape[0] - 1):
