@@ -47,11 +47,12 @@ FAKE_ENGINE = textwrap.dedent('''
         write_engine_state(data_dir, budget_total=budget, budget_reserved=reserved, charged_bytes=charged(),
                            untracked_peak=peak, jobs_finished=done)
     idle = charged()
+    # Like the engine: plan against min(budget, the kernel's ceiling now) — before the first heartbeat, which
+    # tells the test it may lower the limit under this plan — keep a margin for what is not reserved, then
+    # fill the rest once told to go.
+    ceiling = min(budget, read_limits().ceiling_bytes)
     beat(0, 0, idle)
     if mode == "plan-and-fill":
-        # Like the engine: plan against min(budget, the kernel's ceiling now), keep a margin for
-        # what is not reserved, then fill the rest once told to go.
-        ceiling = min(budget, read_limits().ceiling_bytes)
         reserve = ceiling - idle - (32 << 20)
         while not (data_dir / "go").exists():
             time.sleep(0.01)
