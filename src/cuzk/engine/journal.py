@@ -185,7 +185,8 @@ class Journal:
         """
         if request_id is not None and (not isinstance(request_id, str) or not request_id):
             raise JobError("request_id must be a non-empty string (or None)")
-        digest = None if isinstance(witness, WitnessFile) else hashlib.sha256(witness).hexdigest()
+        # The digest only tells a repeated request_id's witness from another: no request id, no hashing pass.
+        digest = "" if request_id is None else None if isinstance(witness, WitnessFile) else hashlib.sha256(witness).hexdigest()
         if request_id is not None and digest is not None:  # a repeat is answered before its witness is written again
             with self._lock:
                 existing = self._existing_request(request_id, circuit, digest)

@@ -328,6 +328,7 @@ class Engine:
         self._jobs_lock = threading.Lock()
         self._listeners: list[Callable[[str, JobState], None]] = []
         self._threads: list[threading.Thread] = []
+        self._finisher: threading.Thread | None = None  # joined after the provers, so it finishes all they proved
         self._workers: dict[str, dict[str, Any]] = {}
         self._started = self._stopping = self._closed = False
         self._stop_event = threading.Event()
@@ -421,11 +422,11 @@ class Engine:
             self._spawn(f"synth-{i}", self._synth_loop, "synthesis", None)
         for i, backend in enumerate(self.backends):
             self._spawn(f"prove-{i}", self._prove_loop, "proving", backend)
-        self._spawn("finish", self._finish_loop, "finishing", None)  # after the provers: stop() joins them first
+        self._finisher = self._spawn("finish", self._finish_loop, "finishing", None)
         self._spawn("housekeeping", self._housekeeping_loop, "housekeeping", None)
         return self
 
-    def _spawn(self, name: str, target, kind: str, backend) -> None:
+    def _spawn(self, name: str, target, kind: str, backend) -> threading.Thread:
         self._workers[name] = {"name": name, "kind": kind, "backend": getattr(backend, "name", None), "job": None,
                                "device": getattr(getattr(backend, "vram", None), "device", None), "healthy": True, "error": None,
                                "device_errors": 0, "jobs_done": 0}
@@ -433,6 +434,7 @@ class Engine:
         t = threading.Thread(target=target, args=args, name=f"cuzk-{name}", daemon=True)
         self._threads.append(t)
         t.start()
+        return t
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop the workers; jobs in flight stop at their next phase boundary and stay in the journal for replay."""
@@ -451,7 +453,7 @@ class Engine:
         for _ in range(self.synth_workers):
             self._slots.release()  # wake synthesis workers waiting for a slot
         for t in self._threads:
-            if t.name == "cuzk-finish":  # every prover has stopped: what they proved is ahead of this
+            if t is self._finisher:  # every prover has stopped: what they proved is ahead of this
                 self._proved.put(None)
             t.join(timeout)
         for job in jobs:  # queued ones never reached a worker

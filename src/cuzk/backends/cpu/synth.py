@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit, prange
 
 from ...curves import Curve
-from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
 from ...formats.parallel import parallel_kernel
+from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
 
 
 @njit(cache=True)
@@ -114,7 +114,7 @@ class _RowOrder(NamedTuple):
 
 
 # The kernel releases the GIL, so proving threads (the GPUs' launches) run on while it sums; one at a
-# time, since it already uses every core and numba's workqueue layer must not be entered concurrently.
+# time, since it already uses every core (numba's workqueue layer is parallel_kernel's concern).
 _evaluate_lock = threading.Lock()
 _row_orders: dict[int, tuple[weakref.ref, _RowOrder]] = {}
 _row_orders_lock = threading.Lock()
