@@ -436,7 +436,8 @@ def test_threads_launch_parallel_kernels_safely_on_numbas_workqueue_layer(circui
         engine.register_key("large", {str(c.zkey)!r})
         with engine:
             jobs = [engine.submit("large", {str(c.wtns)!r}) for _ in range(6)]
-            print(numba.threading_layer(), *(engine.await_result(j, timeout=600).state.value for j in jobs))
+            states = [engine.await_result(j, timeout=600).state.value for j in jobs]
+        print(numba.threading_layer(), *states)  # known once a parallel kernel has run
     """)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=900,
                          env={**os.environ, "NUMBA_THREADING_LAYER": "workqueue"})
