@@ -24,8 +24,8 @@ from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
 from cuzk.engine.jobs import JobError, UnknownJobError
 from cuzk.engine.journal import DataDirLocked, Journal, RequestIdConflict
-from cuzk.engine.pipeline import FileIdentity, WitnessFileError
-from cuzk.engine.workset import working_set
+from cuzk.engine import FileIdentity, WitnessFileError
+from cuzk.prover.sizing import host_working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
@@ -96,7 +96,7 @@ def wait_until(condition, timeout: float = 60) -> None:
 def sizes(c: Circuit) -> tuple[int, int, int]:
     """(hot key bytes, one job's working set, the key's load peak) as the engine computes them."""
     header = read_zkey_header(c.zkey)
-    work = working_set(header, backend=get_backend("cpu")).total_bytes
+    work = host_working_set(header, on_device=False).total_bytes
     return footprint(header, KeyTier.HOT), work, load_peak(header, KeyTier.HOT, EngineConfig(data_dir=".").load_chunk_bytes)
 
 
@@ -267,6 +267,22 @@ def test_unsatisfied_witness_fails_with_a_reason_and_the_engine_keeps_serving(ma
     record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
     assert record.state is JobState.FAILED and "constraint" in record.error
     assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_an_internal_value_error_is_not_blamed_on_the_request(make_engine, circuits, monkeypatch):
+    """A ValueError from the engine's own code (a numpy shape mistake, say) is an internal error, not bad input."""
+    import cuzk.engine.workers as workers
+
+    def broken(*args, **kwargs):
+        raise ValueError("operands could not be broadcast together with shapes (8,) (9,)")
+
+    engine = make_engine()
+    monkeypatch.setattr(workers, "synthesize", broken)
+    record = engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
+    assert record.state is JobState.FAILED
+    assert record.error.startswith("internal error: ValueError: operands could not be broadcast"), record.error
+    monkeypatch.undo()
+    assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
 
 
 def test_mismatched_or_garbage_witness_is_refused_at_submit(make_engine, circuits):

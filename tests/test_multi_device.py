@@ -26,9 +26,10 @@ from cuzk.engine import Engine, EngineConfig, JobState
 from cuzk.backends.selftest import device_self_test
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
-from cuzk.keys.device import DeviceKeys, bases_bytes, proof_vram_bytes
+from cuzk.keys.device import DeviceKeys
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
+from cuzk.prover.sizing import bases_bytes, proof_vram_bytes
 from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.prover.setup import setup
 from cuzk.server.metrics import DaemonMetrics
@@ -236,7 +237,8 @@ def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, o
 
 def test_prover_vectors_stay_on_the_device_and_hold_vram_only_while_proving(circuits):
     from cuzk.formats.wtns import read_wtns
-    from cuzk.prover.groth16 import device_vector_bytes, prove
+    from cuzk.prover.groth16 import prove
+    from cuzk.prover.sizing import device_vector_bytes
     from cuzk.prover.verify import verify
 
     zkey = read_zkey(circuits["one"][0])

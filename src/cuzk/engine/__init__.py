@@ -1,20 +1,23 @@
-"""Jobs, journal, scheduler and the proving pipeline; the supervisor that restarts the engine process.
+"""Jobs, journal, scheduler and the proving engine; the supervisor that restarts the engine process.
 
-The in-process API is ``Engine`` (see ``engine.pipeline``'s docstring); it is imported
-lazily so that the supervisor, which lives here too, starts without numba or the prover.
+The in-process API is ``Engine`` (see ``engine.core``'s docstring); it and the names around it
+are imported lazily so that the supervisor, which lives here too, starts without numba or the prover.
 """
+
+from importlib import import_module
 
 from .jobs import JobError, JobRecord, JobState, Priority, UnknownJobError
 
-_PIPELINE = ("Engine", "EngineConfig", "EngineStopped", "AwaitTimeout", "JobTooLarge", "ProofRejected")
+_LAZY = {
+    "Engine": "core", "EngineConfig": "config", "EngineStopped": "tracker", "AwaitTimeout": "tracker",
+    "JobTooLarge": "admission", "ProofRejected": "workers", "FileIdentity": "intake", "WitnessFileError": "intake",
+}
 
 
 def __getattr__(name: str):
-    if name in _PIPELINE:
-        from . import pipeline
-
-        return getattr(pipeline, name)
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'cuzk.engine' has no attribute {name!r}")
 
 
-__all__ = ["JobError", "JobRecord", "JobState", "Priority", "UnknownJobError", *_PIPELINE]
+__all__ = ["JobError", "JobRecord", "JobState", "Priority", "UnknownJobError", *_LAZY]

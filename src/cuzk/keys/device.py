@@ -26,25 +26,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..backends.cuda.backend import KEY_BASES
-from ..formats.zkey import ZKey, ZKeyHeader
+from ..formats.zkey import ZKey
 from ..memory.units import format_size
-from ..prover.groth16 import device_vector_bytes
+from ..prover.sizing import bases_bytes, proof_vram_bytes
 
 log = logging.getLogger(__name__)
-
-
-def bases_bytes(header: ZKeyHeader) -> int:
-    """Device bytes of a key's resident MSM bases (the sections' sizes: the device layout is the file's)."""
-    sizes = header.section_nbytes()
-    return sum(sizes[name] for name, _ in KEY_BASES)
-
-
-def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
-    """Device bytes one proof needs beside resident bases: its field vectors (the prover's count) and the
-    working set of the largest MSM with resident bases."""
-    largest = max(header.n_vars, header.domain_size)
-    return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
 
 
 @dataclass

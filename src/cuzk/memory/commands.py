@@ -10,7 +10,7 @@ from pathlib import Path
 from .budget import MemoryBudget
 from .limits import MemoryLimits, read_limits
 from .plan import BudgetPlan, plan_budget
-from .probe import ProbeError, ProbeResult, default_probe_path, load_probe_result, run_probe
+from .probe import ProbeError, default_probe_path, load_saved_probes, run_probe
 from .reconcile import ReconcileReading, Reconciler
 from .units import MiB, format_size, parse_size
 
@@ -43,23 +43,12 @@ def add_memory_commands(subparsers) -> None:
     p.set_defaults(func=_cmd_memprobe)
 
 
-def _load_probes(paths: list[Path] | None) -> tuple[list[ProbeResult], list[str]]:
-    paths = paths or [default_probe_path(False), default_probe_path(True)]
-    probes, used = [], []
-    for path in paths:
-        probe = load_probe_result(path)
-        if probe is not None:
-            probes.append(probe)
-            used.append(str(path))
-    return probes, used
-
-
 def check_memory(budget_bytes: int | None = None, margin_bytes: int | None = None,
                  probe_files: list[Path] | None = None,
                  trust_configured: bool = False) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
     """The limits, the plan they give, and one reconciler reading of how much of the budget is usable now."""
     limits = read_limits()
-    probes, used = _load_probes(probe_files)
+    probes, used = load_saved_probes(probe_files)
     plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes,
                        trust_configured=trust_configured)
     reading = Reconciler(MemoryBudget(plan.total_bytes), plan).preview()

@@ -116,6 +116,18 @@ def load_probe_result(path: Path) -> ProbeResult | None:
         raise ValueError(f"{path}: not a memprobe result ({exc})") from exc
 
 
+def load_saved_probes(paths: list[Path] | None = None) -> tuple[list[ProbeResult], list[str]]:
+    """The saved results at ``paths`` (default: the anonymous and the pinned probe's places) and the paths they came from."""
+    paths = paths or [default_probe_path(False), default_probe_path(True)]
+    probes, used = [], []
+    for path in paths:
+        probe = load_probe_result(path)
+        if probe is not None:
+            probes.append(probe)
+            used.append(str(path))
+    return probes, used
+
+
 # ---------------------------------------------------------------------------------------------
 # measuring
 

@@ -25,6 +25,7 @@ from ..formats.limbs import ints_to_limbs
 from ..formats.r1cs import R1CS, check_satisfied
 from ..formats.wtns import Witness
 from ..formats.zkey import ZKey
+from .sizing import device_vector_bytes
 
 
 class ProvingError(ValueError):
@@ -143,12 +144,6 @@ def blinding_terms(curve: Curve, delta1: Point, delta2: Point, r: int, s: int) -
     return (_host.msm_g1(curve, g1, _scalar_rows(curve, [r])),
             _host.msm_g1(curve, g1, _scalar_rows(curve, [s])),
             _host.msm_g2(curve, point_rows(curve, "g2", [delta2]), _scalar_rows(curve, [s])))
-
-
-def device_vector_bytes(header) -> int:
-    """Device bytes of one proof's field vectors at their peak: a, b, c, two NTT/elementwise temporaries, the witness."""
-    fr = header.curve.Fr.n8
-    return 5 * header.domain_size * fr + header.n_vars * fr
 
 
 @contextlib.contextmanager

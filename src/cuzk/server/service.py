@@ -21,7 +21,7 @@ import grpc
 
 from ..engine.jobs import JobRecord, JobState, UnknownJobError
 from ..engine.journal import RequestIdConflict
-from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
+from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..keys.manager import KeyInUseError, UnknownKeyError
 from .proto import WITNESS_PATH_REFUSED
 from .proto import cuzk_pb2 as pb

@@ -1,4 +1,5 @@
-"""The working-set estimate: exact arithmetic from the header, and an upper bound of what a proof really uses."""
+"""Per-proof byte counts (prover.sizing): exact arithmetic from the header, an upper bound of what a proof really
+uses, and the peak probe that measures it."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import pytest
 from cuzk.backends import get_backend
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
-from cuzk.engine.workset import ABC_VECTORS, THREAD_SLACK_BYTES, PeakProbe, cpu_msm_scratch_bytes, return_free_heap, working_set
 from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.memory.process import PeakProbe, return_free_heap
 from cuzk.prover.groth16 import prove
 from cuzk.prover.setup import setup
+from cuzk.prover.sizing import ABC_VECTORS, THREAD_SLACK_BYTES, cpu_msm_scratch_bytes, host_working_set
 
 
 @pytest.fixture(scope="module", params=[(BN254, 3000), (BLS12_381, 1500)], ids=["bn254", "bls12_381"])
@@ -30,16 +32,26 @@ def test_estimate_is_the_documented_arithmetic(circuit):
     h = read_zkey_header(zkey_path)
     E, N, V = h.n8r, h.domain_size, h.n_vars
     scratch = max(cpu_msm_scratch_bytes(h, V, 2), cpu_msm_scratch_bytes(h, N, 1))
-    ws = working_set(h, backend=get_backend("cpu"))
+    ws = host_working_set(h, on_device=False)
     assert ws.abc_bytes == ABC_VECTORS * N * E + N * E + 8 * N
     assert ws.rest_bytes == 2 * V * E + N * E + scratch + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
     assert ws.total_bytes == ws.estimated_bytes and ws.measured_bytes is None
-    with_r1cs = working_set(h, backend=get_backend("cpu"), r1cs_path=r1cs)
+    with_r1cs = host_working_set(h, on_device=False, r1cs_path=r1cs)
     assert with_r1cs.total_bytes == ws.total_bytes + 2 * r1cs.stat().st_size
     # A measured peak only ever raises the figure, and only the part released at the end.
-    assert working_set(h, measured_bytes=ws.total_bytes // 2).total_bytes == ws.total_bytes
-    raised = working_set(h, backend=get_backend("cpu"), measured_bytes=ws.total_bytes + 12345)
+    assert host_working_set(h, on_device=False, measured_bytes=ws.total_bytes // 2).total_bytes == ws.total_bytes
+    raised = host_working_set(h, on_device=False, measured_bytes=ws.total_bytes + 12345)
     assert raised.total_bytes == ws.total_bytes + 12345 and raised.abc_bytes == ws.abc_bytes
+
+
+def test_a_device_proof_reserves_no_host_msm_scratch_or_ntt_tables(circuit):
+    """On a device backend the MSM scratch and the NTT tables live in VRAM: the host keeps the vectors and witness."""
+    h = read_zkey_header(circuit[0])
+    E, N, V = h.n8r, h.domain_size, h.n_vars
+    host, device = host_working_set(h, on_device=False), host_working_set(h, on_device=True)
+    assert device.abc_bytes == ABC_VECTORS * N * E
+    assert device.rest_bytes == 2 * V * E + N * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    assert host.total_bytes - device.total_bytes == N * E + 8 * N + max(cpu_msm_scratch_bytes(h, V, 2), cpu_msm_scratch_bytes(h, N, 1))
 
 
 def test_estimate_bounds_a_real_proof(circuit):
@@ -53,7 +65,7 @@ def test_estimate_bounds_a_real_proof(circuit):
     zkey = read_zkey(zkey_path)
     hot = {name: np.array(getattr(zkey, name)) for name in ("coeffs", "a", "b1", "b2", "c", "h")}  # resident, like a hot key
     zkey = type(zkey)(**{**{f: getattr(zkey, f) for f in zkey.__dataclass_fields__}, **hot})
-    ws = working_set(zkey.header, backend=backend)
+    ws = host_working_set(zkey.header, on_device=False)
     probe = PeakProbe()
     if not probe.available:
         pytest.skip("/proc/self/clear_refs is not writable here")

@@ -1,0 +1,69 @@
+"""The engine's settings: the ``[engine]`` table of the daemon's config, checked when made."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..memory.units import MiB, parse_size
+
+
+@dataclass
+class EngineConfig:
+    data_dir: Path
+    budget_bytes: int | None = None  # None: derived from the real limit (cgroup, MemTotal) by memory.plan
+    budget_over_limit: bool = False  # trust budget_bytes over a lower detected limit (memory.plan, loud warning)
+    backend: str = "auto"  # "auto" | "cpu" | "cuda"
+    devices: str | list[int] = "all"  # CUDA ordinals with a proving worker each (as CuPy numbers them)
+    # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than
+    # the GPUs, so each device finds its next job ready; 1 on the CPU backend, whose proving needs the same cores.
+    synth_workers: int | str = "auto"
+    verify: bool = True
+    key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
+    key_idle_evict_s: float = 10.0
+    load_chunk_bytes: int = 64 * MiB
+    result_ttl_s: float = 24 * 3600.0
+    result_max_bytes: int = 64 * MiB
+    max_attempts: int = 3
+    device_errors_per_job: int = 2  # CUDA errors (on any devices) after which a job fails instead of being requeued
+    keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
+    r1cs: dict[str, str] = field(default_factory=dict)  # name → .r1cs path (optional satisfaction check)
+    reconcile: bool = True  # run the memory reconciler on an engine-made budget
+    measure_peaks: bool = True
+    heartbeat: bool = False  # write <data_dir>/run/engine-state.json for the supervisor
+    housekeeping_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if self.synth_workers != "auto" and (isinstance(self.synth_workers, bool) or not isinstance(self.synth_workers, int)
+                                             or self.synth_workers < 1):
+            raise ValueError(f"synth_workers must be \"auto\" or a whole number of at least 1, got {self.synth_workers!r}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        limit = self.device_errors_per_job
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"device_errors_per_job must be a whole number of at least 1, got {limit!r}")
+        if self.key_tier not in ("hot", "warm"):
+            raise ValueError(f"key_tier must be 'hot' or 'warm', got {self.key_tier!r}")
+        if self.housekeeping_interval_s <= 0:
+            raise ValueError("housekeeping_interval_s must be positive")
+        if self.devices != "all":
+            ordinals = self.devices if isinstance(self.devices, (list, tuple)) else [self.devices]
+            if not ordinals or any(isinstance(d, bool) or not isinstance(d, int) or d < 0 for d in ordinals) or len(set(ordinals)) != len(ordinals):
+                raise ValueError(f"devices must be \"all\" or a list of distinct CUDA device ordinals, got {self.devices!r}")
+            self.devices = list(ordinals)
+
+    @classmethod
+    def from_mapping(cls, data_dir: str | Path, values: Mapping[str, Any]) -> EngineConfig:
+        """From the daemon config's ``[engine]`` table: sizes may be strings ("64MiB"); unknown keys are an error."""
+        known = {f.name: f for f in fields(cls)}
+        out: dict[str, Any] = {"data_dir": Path(data_dir)}
+        for key, value in values.items():
+            if key not in known or key == "data_dir":
+                raise ValueError(f"[engine] {key}: unknown setting (known: {', '.join(sorted(set(known) - {'data_dir'}))})")
+            if key.endswith("_bytes") and value is not None:
+                value = parse_size(value)
+            out[key] = value
+        return cls(**out)

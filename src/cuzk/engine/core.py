@@ -1,0 +1,479 @@
+"""The proving engine: the daemon's core, in-process, below any network layer.
+
+Usage (what the gRPC server, the CLI and the tests do)::
+
+    from cuzk.engine import Engine, EngineConfig, Priority
+
+    engine = Engine(EngineConfig(data_dir="/var/lib/cuzk", keys={"sha": "/keys/sha256.zkey"}))
+    engine.start()
+    job_id = engine.submit("sha", wtns_bytes, Priority.HIGH, request_id="client-42")  # durable on return
+    record = engine.await_result(job_id, timeout=60)   # JobRecord; AwaitTimeout if not done in time
+    record.state, record.proof, record.public_signals, record.error
+    engine.stop()
+
+The API, all thread-safe:
+
+- ``submit(circuit, witness, priority=NORMAL, request_id=None) -> job_id`` — the witness is
+  the .wtns file's bytes or its path (copied into the journal by the kernel, ``intake``). It is
+  checked against the key's header (curve, number of signals) and the job is journaled
+  (fsync'd) before this returns; a repeated ``request_id`` returns the first job's id. Raises a
+  ``ValueError`` subclass for an unknown circuit, a malformed or mismatched witness, a request
+  id reused for other work.
+- ``await_result(job_id, timeout=None) -> JobRecord`` — the finished record (DONE with
+  ``proof``/``public_signals``, FAILED with ``error``, or CANCELLED). ``AwaitTimeout`` when
+  not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
+  replayed by the next engine on this data directory), ``UnknownJobError``. A DONE record's
+  ``timings`` (seconds) are its phases: ``queue`` (submitted → admitted with its key and
+  working set, less the key's part), ``key_load`` (waiting for room for the key and loading
+  it; ~0 when resident), ``check``/``synthesize``, ``ntt``/``msm``/``blind``, ``verify``.
+- ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
+- ``cancel(job_id) -> bool`` — works at every stage. A queued job, or a synthesized one
+  waiting for a device, is CANCELLED when this returns; one that a worker holds (waiting
+  for memory, synthesizing, proving) stops at its next phase boundary, so its state
+  settles to CANCELLED shortly after (await it). False when the job had already finished.
+- ``register_key(name, zkey_path, r1cs_path=None)`` / ``unregister_key(name)`` — remembered
+  in the journal across restarts; with an r1cs every witness is checked for
+  satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
+- ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
+  state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
+- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
+  measures one itself when a job runs alone); later reservations for it use the larger.
+- ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
+  state change, before the worker's next cancellation check (observers, streaming status).
+
+Inside, one owner per concept: ``tracker`` (live jobs and their transitions), ``admission``
+(can this job start now, with what key and working set), ``workers`` (synthesis, one per
+device, finishing, and the device-error policy), ``scheduler`` (the priority queues), the
+``journal``. This module builds them and wires them together; nothing below imports it.
+``synth_workers`` ("auto": one more than the GPUs, 1 on the CPU backend) bounds the jobs
+synthesizing or synthesized ahead of the devices. Each device has its own backend, VRAM
+budget and resident keys (``KeyManager.on_device``); its copies are staged through one pinned
+pool charged to the host budget.
+
+``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
+the journal, so the next engine on the data directory replays it (as after a crash). A job
+whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM kills)
+is failed at replay instead of being retried forever.
+
+Threads, not processes. Synthesis's kernel releases the GIL (one synthesis at a time, on every
+core), as do the CPU backend's MSM tasks; its NTT kernels do not, so on the CPU backend those
+phases take turns with the rest on the GIL; with the CUDA backend a device worker mostly waits
+on the GPU, which is where the overlap pays.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from ..formats.wtns import read_wtns
+from ..keys.device import can_hold_keys
+from ..keys.manager import KeyManager, KeyTier
+from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget
+from ..memory.limits import read_limits
+from ..memory.pinned import PageAlignedAllocator, PinnedPool
+from ..memory.plan import plan_budget
+from ..memory.probe import load_saved_probes
+from ..memory.runtime import RuntimeReservation
+from ..memory.units import format_size
+from ..prover.groth16 import check_inputs
+from ..prover.sizing import WorkingSet
+from .admission import Admission
+from .config import EngineConfig
+from .intake import FileIdentity, open_witness_file
+from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
+from .journal import DataDirLock, Journal
+from .scheduler import SchedulerClosed
+from .tracker import EngineStopped, JobTracker, LiveJob
+from .workers import DeviceErrorPolicy, DeviceWorker, Finisher, Stages, SynthesisWorker, WorkerState, spawn
+
+log = logging.getLogger("cuzk.engine")
+
+
+class _StagingBuffers:
+    """The backends' staging source over the pinned pool: a buffer only when the budget has room now.
+
+    A device worker must never wait for memory (it may be what frees it), so a copy that gets
+    no buffer simply runs synchronously from pageable memory.
+    """
+
+    def __init__(self, pool: PinnedPool):
+        self.pool = pool
+
+    def get(self, nbytes: int, label: str = ""):
+        try:
+            return self.pool.get(nbytes, timeout=0, label=label)
+        except (AcquireTimeout, BudgetExceededError):
+            return None
+
+
+class Engine:
+    def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None):
+        """``budget``/``reconciler``: share the daemon's; by default the engine plans its own from the real limit.
+        ``backends``: one device worker per entry; by default one per device of ``config.backend``."""
+        self.config = config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._dir_lock = DataDirLock(config.data_dir)
+        self._dir_lock.acquire()
+        try:
+            self._owns_reconciler = False
+            self.runtime: RuntimeReservation | None = None
+            if budget is None:
+                budget, reconciler = self._plan_budget()
+                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size).
+                self.runtime = RuntimeReservation(budget)
+            self.budget = budget
+            self.reconciler = reconciler
+            self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
+            self.backends = backends if backends is not None else self._make_backends()
+            on_device = any(can_hold_keys(b) for b in self.backends)
+            # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
+            self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
+                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator())
+            self._pinned: PinnedPool | None = None
+            self._attach_devices()
+            self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
+            self._register_saved_keys()
+        except BaseException:
+            self._dir_lock.release()
+            raise
+        self.tracker = JobTracker(self.journal)
+        self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
+                                   runtime=self.runtime, measure_peaks=config.measure_peaks)
+        self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
+            len(self.backends) + 1 if on_device else 1)
+        self._stages = Stages(slots=threading.Semaphore(self.synth_workers))
+        self._workers: list[WorkerState] = []
+        self._synth_threads: list[threading.Thread] = []
+        self._device_threads: list[threading.Thread] = []
+        self._finisher: threading.Thread | None = None
+        self._housekeeper: threading.Thread | None = None
+        self._started = self._stopping = False
+        self._replay()
+
+    # ---- construction helpers ----------------------------------------------------------------
+    def _plan_budget(self) -> tuple[MemoryBudget, Any]:
+        from ..memory.reconcile import Reconciler
+
+        probes, _ = load_saved_probes()
+        plan = plan_budget(read_limits(), configured_bytes=self.config.budget_bytes, probes=probes,
+                           trust_configured=self.config.budget_over_limit)
+        for note in plan.notes:
+            (log.warning if note.startswith("WARNING") else log.info)("memory plan: %s", note)
+        budget = MemoryBudget(plan.total_bytes)
+        reconciler = None
+        if self.config.reconcile:
+            reconciler = Reconciler(budget, plan)
+            self._owns_reconciler = True
+        log.info("memory budget %s (ceiling %s from %s, margin %s)", format_size(plan.total_bytes),
+                 format_size(plan.ceiling_bytes), plan.ceiling_source, format_size(plan.margin_bytes))
+        return budget, reconciler
+
+    def _make_backends(self) -> list:
+        """One device worker per configured GPU (each its own CudaBackend and VRAM budget), or the one CPU backend."""
+        from ..backends import BackendUnavailableError, cuda_available, get_backend
+
+        if self.config.backend == "cpu" or (self.config.backend == "auto" and not cuda_available()):
+            return [get_backend("cpu")]
+        if not cuda_available():
+            raise BackendUnavailableError("the cuda backend needs CuPy and an NVIDIA GPU; none was found")
+        from ..backends.cuda import CudaBackend, cupy_device_count
+
+        count = cupy_device_count()
+        ordinals = list(range(count)) if self.config.devices == "all" else self.config.devices
+        missing = [d for d in ordinals if d >= count]
+        if missing:
+            raise BackendUnavailableError(f"devices {missing} do not exist: CuPy sees {count} CUDA device(s) "
+                                          "(ordinals count from 0 among those CUDA_VISIBLE_DEVICES leaves visible)")
+        return [CudaBackend(device=d) for d in ordinals]
+
+    def _attach_devices(self) -> None:
+        """Give every device backend its VRAM tier in the key manager and the pinned staging pool (charged to
+        the host budget)."""
+        devices = [b for b in self.backends if can_hold_keys(b)]
+        if devices:
+            self._pinned = PinnedPool(self.budget, self.keys.allocator)
+            for backend in devices:
+                self.keys.add_device(backend)
+                backend.staging = _StagingBuffers(self._pinned)
+
+    def _register_saved_keys(self) -> None:
+        wanted = dict(self.journal.saved_keys())
+        for name, path in self.config.keys.items():
+            wanted[name] = (path, self.config.r1cs.get(name))
+        for name, (path, r1cs) in wanted.items():
+            try:
+                self.register_key(name, path, r1cs)
+            except (ValueError, OSError) as exc:
+                # A key that went away must not stop the daemon; its jobs fail with the reason.
+                log.error("key %r not registered: %s", name, exc)
+
+    def _replay(self) -> None:
+        for record in self.journal.requeue_unfinished():
+            if record.attempts >= self.config.max_attempts:
+                self.journal.finish(record.job_id, JobState.FAILED, error=(
+                    f"abandoned: the engine stopped unexpectedly {record.attempts} times while this job was running "
+                    f"(out of memory?); not retried again (max_attempts = {self.config.max_attempts})"))
+                continue
+            self._enqueue(LiveJob(record))
+        if len(self.tracker):
+            log.info("replaying %d unfinished job(s) from the journal", len(self.tracker))
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> Engine:
+        if self._started:
+            return self
+        if self._stopping:
+            raise EngineStopped("this engine was stopped; make a new one")
+        self._started = True
+        if self._owns_reconciler and self.reconciler is not None:
+            self.reconciler.start()
+        stages, tracker = self._stages, self.tracker
+        for i in range(self.synth_workers):
+            state = self._worker(f"synth-{i}", "synthesis")
+            self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs).run))
+        provers = [self._worker(f"prove-{i}", "proving", backend) for i, backend in enumerate(self.backends)]
+        policy = DeviceErrorPolicy(self.config.device_errors_per_job, provers, stages, tracker)
+        for state, backend in zip(provers, self.backends):
+            self._device_threads.append(spawn(state.name, DeviceWorker(state, backend, stages, tracker, self.keys, policy).run))
+        state = self._worker("finish", "finishing")
+        self._finisher = spawn(state.name, Finisher(state, stages, tracker, self.admission, self.config.verify).run)
+        self._housekeeper = spawn(self._worker("housekeeping", "housekeeping").name, self._housekeeping_loop)
+        return self
+
+    def _worker(self, name: str, kind: str, backend=None) -> WorkerState:
+        vram = getattr(backend, "vram", None)
+        state = WorkerState(name, kind, backend=getattr(backend, "name", None), device=getattr(vram, "device", None))
+        self._workers.append(state)
+        return state
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the workers; jobs in flight stop at their next phase boundary and stay in the journal for replay.
+
+        The order is the pipeline's: synthesis workers, then device workers, then the finisher
+        (after everything the devices proved), then housekeeping.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        stages = self._stages
+        stages.stopping.set()
+        jobs = self.tracker.jobs()
+        for job in jobs:
+            job.interrupted = True
+        stages.queued.close()
+        for job in stages.ready.close():  # synthesized but never proved: give back what they hold
+            job.release()
+            self.tracker.interrupt(job)
+        for _ in range(self.synth_workers):
+            stages.slots.release()  # wake synthesis workers waiting for a slot
+        for thread in self._synth_threads + self._device_threads:
+            thread.join(timeout)
+        stages.proved.put(None)  # every device worker has stopped: what they proved is ahead of this
+        for thread in (self._finisher, self._housekeeper):
+            if thread is not None:
+                thread.join(timeout)
+        for job in jobs:  # queued ones never reached a worker
+            if not job.done.is_set():
+                self.tracker.interrupt(job)
+        self.keys.close()
+        if self._pinned is not None:
+            self._pinned.close()
+        if self.runtime is not None:
+            self.runtime.close()
+        if self._owns_reconciler and self.reconciler is not None:
+            self.reconciler.stop()
+        self.tracker.close()
+        self.journal.close()
+        self._dir_lock.release()
+
+    def __enter__(self) -> Engine:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- keys -------------------------------------------------------------------------------
+    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None) -> None:
+        if r1cs_path is not None and not Path(r1cs_path).is_file():
+            raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
+        self.keys.register(name, zkey_path)
+        if r1cs_path is None:
+            self._r1cs.pop(name, None)
+        else:
+            self._r1cs[name] = str(Path(r1cs_path).resolve())
+        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name))
+
+    def unregister_key(self, name: str) -> None:
+        self.keys.unregister(name)
+        self._r1cs.pop(name, None)
+        self.journal.forget_key(name)
+
+    def preload(self, name: str, tier: str | KeyTier | None = None) -> str:
+        """Load a key now (default tier: the config's); returns the tier it is at."""
+        return self.keys.preload(name, KeyTier(tier) if tier is not None else None).value
+
+    def evict(self, name: str) -> int:
+        """Drop an idle key from memory; returns the bytes freed (KeyInUseError while a job uses it)."""
+        return self.keys.evict(name)
+
+    def working_set(self, circuit: str) -> WorkingSet:
+        """The host reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak)."""
+        return self.admission.working_set(circuit)
+
+    def record_peak(self, circuit: str, nbytes: int) -> int:
+        """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
+        return self.admission.record_peak(circuit, nbytes)
+
+    # ---- jobs -------------------------------------------------------------------------------
+    def submit(self, circuit: str, witness: bytes | bytearray | memoryview | str | os.PathLike,
+               priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None, *,
+               witness_identity: FileIdentity | None = None) -> str:
+        """Journal a proof request (durable before this returns) and queue it; returns the job id.
+
+        ``witness`` is the .wtns file's bytes or its path. A path is copied into the journal by the
+        kernel, so a large witness costs no copies under the GIL (the daemon takes paths from
+        clients on its unix socket); a file the engine cannot open, or one whose identity is not
+        ``witness_identity`` (what the caller saw there), raises ``WitnessFileError``.
+        """
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        priority = Priority.parse(priority)
+        if not isinstance(witness, (bytes, bytearray, memoryview, str, os.PathLike)):
+            raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
+        header = self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
+
+        def check(path: Path) -> None:
+            check_inputs(header, read_wtns(path))  # FormatError / ProvingError name what is wrong
+
+        if isinstance(witness, (str, os.PathLike)):
+            with open_witness_file(witness, header, witness_identity) as source:
+                record, created = self.journal.submit(circuit, priority, source, request_id, check=check)
+        else:
+            record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)
+        if created:
+            self._enqueue(LiveJob(record))
+        return record.job_id
+
+    def _enqueue(self, job: LiveJob) -> None:
+        self.tracker.add(job)
+        try:
+            self._stages.queued.push(job.id, job.priority, job.seq, job)
+        except SchedulerClosed:  # stop() raced the submit: the job is journaled and runs after a restart
+            self.tracker.discard(job)
+
+    def get(self, job_id: str) -> JobRecord:
+        return self.tracker.record(job_id)
+
+    def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        return self.tracker.await_result(job_id, timeout)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job wherever it is; False when it had already finished."""
+        job = self.tracker.get(job_id)
+        if job is None:
+            self.get(job_id)  # UnknownJobError for an id never seen
+            return False
+        job.cancel_requested.set()
+        if self._stages.queued.remove(job_id) is not None:
+            self.tracker.finish(job, JobState.CANCELLED, error="cancelled while queued")
+        elif self._stages.ready.remove(job_id) is not None:
+            self._stages.slots.release()
+            job.release()
+            self.tracker.finish(job, JobState.CANCELLED, error="cancelled after synthesis, before proving")
+        # Otherwise a worker holds it and stops at its next checkpoint.
+        return True
+
+    def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
+        """Most recent first; finished jobs stay listed until pruned."""
+        self.tracker.check_open()
+        wanted = None if states is None else {JobState(s) for s in states}
+        live = self.tracker.live
+        if wanted is None or not wanted & set(UNFINISHED_STATES):
+            return [live(r) for r in self.journal.list(states=wanted, circuit=circuit, limit=limit)]
+        # A live job's state may differ from its journaled one: ask for every unfinished state, filter after.
+        records = self.journal.list(states=wanted | set(UNFINISHED_STATES), circuit=circuit, limit=-1)
+        return [r for r in map(live, records) if r.state in wanted][:limit]
+
+    def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
+        self.tracker.add_listener(listener)
+
+    @property
+    def jobs_finished(self) -> int:
+        """Jobs this engine finished (any terminal state) since it started."""
+        return self.tracker.finished
+
+    # ---- housekeeping and status ------------------------------------------------------------
+    def _housekeeping_loop(self) -> None:
+        last_prune = last_heartbeat = 0.0
+        while not self._stages.stopping.wait(self.config.housekeeping_interval_s):
+            try:
+                self.keys.maintain()
+                if self.runtime is not None and self.admission.idle():
+                    self.runtime.update()
+                now = time.monotonic()
+                if now - last_prune >= 60:
+                    self.journal.prune()
+                    last_prune = now
+                if self.config.heartbeat and now - last_heartbeat >= 1:
+                    self._heartbeat()
+                    last_heartbeat = now
+            except Exception:
+                log.exception("engine housekeeping failed; continuing")
+
+    def _heartbeat(self) -> None:
+        from .supervisor import write_engine_state
+
+        latest = self.reconciler.latest if self.reconciler is not None else None
+        write_engine_state(
+            self.config.data_dir, budget_total=self.budget.total_bytes, budget_reserved=self.budget.reserved_bytes,
+            charged_bytes=latest.actual_bytes if latest else None,
+            untracked_peak=self.reconciler.peak_untracked_bytes if self.reconciler is not None else None,
+            jobs_finished=self.tracker.finished)
+
+    def status(self) -> dict[str, Any]:
+        self.tracker.check_open()
+        active = []
+        for job in self.tracker.jobs():
+            if job.state is JobState.QUEUED:
+                continue
+            grant = job.grant
+            active.append({"job_id": job.id, "circuit": job.circuit, "priority": job.priority.name, "state": job.state.value,
+                           "reserved_bytes": grant.reservation.nbytes if grant is not None else 0, "worker": job.worker,
+                           "device_errors": len(job.device_errors)})
+        by_state = self.journal.counts()
+        proving = min(by_state[JobState.SYNTHESIZING.value], sum(j["state"] == JobState.PROVING.value for j in active))
+        by_state[JobState.SYNTHESIZING.value] -= proving  # journaled as started; PROVING is live state only
+        by_state[JobState.PROVING.value] += proving
+        reconciler = None
+        if self.reconciler is not None:
+            latest = self.reconciler.latest
+            reconciler = {"latest": latest.to_dict() if latest else None,
+                          "peak_untracked_bytes": self.reconciler.peak_untracked_bytes,
+                          "peak_actual_bytes": self.reconciler.peak_actual_bytes}
+        return {
+            "running": self._started and not self._stopping,
+            "budget": self.budget.snapshot(),
+            "reconciler": reconciler,
+            "runtime": self.runtime.to_dict() if self.runtime is not None else None,
+            "keys": self.keys.status(),
+            "devices": self.keys.device_status(),
+            "jobs": {
+                "by_state": by_state,
+                "queued_by_priority": self._stages.queued.depth_by_priority(),
+                "waiting_for_prover": len(self._stages.ready),
+                "active": active,
+                "finished_since_start": self.tracker.finished,
+                "result_bytes": self.journal.result_bytes(),
+            },
+            "workers": [w.snapshot() for w in self._workers],
+            "peaks": self.admission.peaks,
+            "config": {"backend": [getattr(b, "name", str(b)) for b in self.backends], "verify": self.config.verify,
+                       "synth_workers": self.synth_workers, "key_tier": self.config.key_tier,
+                       "data_dir": str(self.config.data_dir)},
+        }

@@ -1,0 +1,281 @@
+"""The engine's workers — synthesis, one per device, finishing — and the stages that hand jobs between them.
+
+A job goes: ``Stages.queued`` → a ``SynthesisWorker`` admits it (``Admission``) and
+synthesizes it → ``Stages.ready`` → a ``DeviceWorker`` proves it → ``Stages.proved`` → the
+``Finisher`` verifies, journals and answers it. ``Stages.slots`` counts jobs synthesizing or
+synthesized and waiting for a device, so synthesis runs ahead of the devices by at most
+``synth_workers`` jobs and never ahead of memory. Every transition goes through the tracker.
+
+Each worker's ``WorkerState`` is written by its own thread and read by status and by the
+device-error policy; its lock is a leaf in the engine's lock order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..backends.cuda.modules import is_device_error
+from ..backends.selftest import device_self_test
+from ..curves import BN254
+from ..formats.json_io import proof_to_json
+from ..formats.r1cs import read_r1cs
+from ..formats.wtns import read_wtns
+from ..keys.manager import KeyLease, KeyManager
+from ..prover.groth16 import Proof, ProofCancelled, ProvingError, prove_synthesized, synthesize
+from .admission import Admission
+from .jobs import JobState
+from .scheduler import Scheduler, SchedulerClosed
+from .tracker import JobTracker, LiveJob
+
+log = logging.getLogger("cuzk.engine")
+
+
+class ProofRejected(ProvingError):
+    """The proof did not pass self-verification; it is not returned."""
+
+
+@dataclass
+class WorkerState:
+    """One worker as status shows it; changed only through ``update`` (its own thread) and read by ``snapshot``."""
+
+    name: str
+    kind: str  # "synthesis" | "proving" | "finishing" | "housekeeping"
+    backend: str | None = None
+    device: int | None = None
+    job: str | None = None
+    healthy: bool = True
+    error: str | None = None
+    device_errors: int = 0
+    jobs_done: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def update(self, **changes: Any) -> None:
+        with self._lock:
+            for key, value in changes.items():
+                setattr(self, key, value)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+@dataclass
+class Stages:
+    """The hand-offs between workers, and the engine's stop signal."""
+
+    queued: Scheduler[LiveJob] = field(default_factory=Scheduler)  # submitted, waiting for a synthesis worker
+    ready: Scheduler[LiveJob] = field(default_factory=Scheduler)  # synthesized, waiting for a device
+    proved: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)  # (job, proof) to finish; None ends the finisher
+    slots: threading.Semaphore = field(default_factory=threading.Semaphore)  # synthesizing + synthesized-not-proving
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+
+class SynthesisWorker:
+    """Takes the most urgent queued job when a slot is free, admits it, and synthesizes it for the devices."""
+
+    def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission,
+                 r1cs_paths: Mapping[str, str]):
+        self.state, self.stages, self.tracker, self.admission = state, stages, tracker, admission
+        self._r1cs_paths = r1cs_paths
+
+    def run(self) -> None:
+        while True:
+            self.stages.slots.acquire()
+            if self.stages.stopping.is_set():
+                return
+            try:
+                job_id, job = self.stages.queued.pop()
+            except SchedulerClosed:
+                return
+            self.state.update(job=job_id)
+            handed_over = False
+            try:
+                self._synthesize(job)
+                handed_over = True
+            except BaseException as exc:  # noqa: BLE001 — every failure ends the job, never the worker
+                self.tracker.end_with(job, exc)
+            finally:
+                self.state.update(job=None)
+                if not handed_over:
+                    self.stages.slots.release()
+
+    def _synthesize(self, job: LiveJob) -> None:
+        job.grant = self.admission.admit(job)
+        self.tracker.start(job, self.state.name)
+        job.checkpoint()
+        witness = read_wtns(self.tracker.journal.witness_path(job.id))
+        r1cs_path = self._r1cs_paths.get(job.circuit)
+        r1cs = read_r1cs(r1cs_path) if r1cs_path else None
+        job.synthesis = synthesize(job.grant.lease.zkey, witness, r1cs=r1cs, cancelled=job.cancelled)
+        del witness, r1cs
+        job.checkpoint()
+        self.stages.ready.push(job.id, job.priority, job.seq, job)
+
+
+def _self_test_outcome(problem: str | None) -> str:
+    return "self-test passed" if problem is None else f"self-test failed: {problem}"
+
+
+class DeviceErrorPolicy:
+    """What a CUDA error while proving means for the device and the job.
+
+    The device runs a self-test (an NTT and an MSM against the reference arithmetic), which
+    tells a sick device from a job that trips a kernel bug: a device that fails it is marked
+    unhealthy and its worker stops; one that passes keeps proving. The job goes back to the
+    queue for any healthy device until it has hit ``limit`` CUDA errors in all or no healthy
+    device is left; then it fails with a reason naming each device, error and self-test, so a
+    poison job takes at most ``limit`` devices down.
+    """
+
+    def __init__(self, limit: int, provers: list[WorkerState], stages: Stages, tracker: JobTracker):
+        self.limit = limit
+        self.provers = provers
+        self.stages, self.tracker = stages, tracker
+
+    def handle(self, state: WorkerState, backend, job: LiveJob, exc: BaseException) -> bool:
+        """Self-test the device, then requeue or fail the job; returns whether the worker carries on."""
+        error = f"{type(exc).__name__}: {exc}"
+        lease = job.grant.lease if job.grant is not None else None
+        problem = device_self_test(backend, lease.header.curve if lease is not None else BN254)
+        outcome = _self_test_outcome(problem)
+        where = f"device {state.device}" if state.device is not None else f"worker {state.name}"
+        job.device_errors.append((where, error, problem))
+        state.update(device_errors=state.device_errors + 1, error=f"{error} (job {job.id}; {outcome})",
+                     healthy=state.healthy and problem is None)
+        if problem is None:
+            log.warning("%s (worker %s) hit a CUDA error on job %s but passed its self-test; it keeps proving: %s",
+                        where, state.name, job.id, error, exc_info=exc)
+        else:
+            log.error("%s (worker %s) is out of service: a CUDA error on job %s (%s), then its %s", where, state.name,
+                      job.id, error, outcome, exc_info=exc)
+        healthy = any(p.snapshot()["healthy"] for p in self.provers)
+        if job.cancelled():
+            self.tracker.end_with(job, exc)
+        elif len(job.device_errors) >= self.limit or not healthy:
+            job.release()
+            self.tracker.finish(job, JobState.FAILED, error=self._failure_reason(job, healthy))
+        else:
+            log.info("job %s goes back to the queue after its CUDA error on %s", job.id, where)
+            job.release()
+            self.tracker.requeue(job)
+            self.stages.queued.push(job.id, job.priority, job.seq, job)
+        return problem is None
+
+    def _failure_reason(self, job: LiveJob, healthy: bool) -> str:
+        count = len(job.device_errors)
+        if not healthy:
+            why = "no healthy device is left"
+        else:
+            why = f"it hit {count} CUDA error{'s' if count > 1 else ''} (device_errors_per_job = {self.limit})"
+        errors = "; ".join(f"{where}: {error} ({_self_test_outcome(problem)})" for where, error, problem in job.device_errors)
+        hint = ""
+        if healthy and all(problem is None for _, _, problem in job.device_errors):
+            hint = " — the devices passed their self-test afterwards, so this job's input likely triggers a kernel bug"
+        return f"failed on the GPU and not retried: {why}: {errors}{hint}"
+
+
+class DeviceWorker:
+    """Proves synthesized jobs on one backend device, one at a time, and hands each proof to the finisher."""
+
+    def __init__(self, state: WorkerState, backend, stages: Stages, tracker: JobTracker, keys: KeyManager,
+                 device_errors: DeviceErrorPolicy):
+        self.state, self.backend, self.stages, self.tracker, self.keys = state, backend, stages, tracker, keys
+        self.device_errors = device_errors
+
+    def run(self) -> None:
+        while True:
+            try:
+                job_id, job = self.stages.ready.pop()
+            except SchedulerClosed:
+                return
+            self.stages.slots.release()
+            self.state.update(job=job_id)
+            try:
+                proof = self._prove(job)
+            except BaseException as exc:  # noqa: BLE001
+                self.state.update(job=None)
+                if not is_device_error(exc):
+                    self.tracker.end_with(job, exc)
+                elif not self.device_errors.handle(self.state, self.backend, job, exc):
+                    return  # the device failed its self-test: this worker stops for good
+            else:
+                self.state.update(job=None, jobs_done=self.state.jobs_done + 1)
+                self.stages.proved.put((job, proof))
+
+    def _prove(self, job: LiveJob) -> Proof:
+        """The proving half on this device; the proof is not verified yet. PROVING is live state only (a replay
+        treats it as started, and the device should not wait on a journal commit)."""
+        job.checkpoint()
+        self.tracker.set_state(job, JobState.PROVING)
+        grant = job.grant
+        synthesis, job.synthesis = job.synthesis, None
+        with self.keys.on_device(grant.lease, self.backend) as device_key:  # bases resident in VRAM when they fit
+            return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
+                                     cancelled=job.cancelled)
+
+
+class Finisher:
+    """Verifies, journals and answers each proved job, off the device workers.
+
+    A device's next proof need not wait for this one's host-side ending: the pairing check,
+    the journal's fsync'd commit (which queues behind other files' fsyncs while witnesses come
+    in) and giving back the job's memory.
+    """
+
+    def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission, verify: bool):
+        self.state, self.stages, self.tracker, self.admission = state, stages, tracker, admission
+        self.verify = verify
+        self._vkey_lock = threading.Lock()
+
+    def run(self) -> None:
+        while (item := self.stages.proved.get()) is not None:
+            job, proof = item
+            self.state.update(job=job.id)
+            try:
+                self.tracker.finish(job, JobState.DONE, **self._complete(job, proof))
+            except BaseException as exc:  # noqa: BLE001 — a rejected proof fails its job, never this thread
+                self.tracker.end_with(job, exc)
+            finally:
+                self.state.update(job=None)
+
+    def _complete(self, job: LiveJob, proof: Proof) -> dict[str, Any]:
+        """Self-verify a proof; returns the result for the journal (the job's resources released)."""
+        if job.cancel_requested.is_set():  # cancel() said it would be; a stop() still lets a finished proof be kept
+            raise ProofCancelled()
+        grant = job.grant
+        timings = {**grant.timings, **proof.timings}
+        if self.verify:
+            t = time.perf_counter()
+            ok = self._verify(grant.lease, proof)
+            timings["verify"] = time.perf_counter() - t
+            if not ok:
+                raise ProofRejected("the proof failed self-verification against the key, so it is not returned: the witness "
+                                    "does not satisfy the circuit (register the key with its .r1cs to name the failing "
+                                    "constraint) or the key is corrupt")
+        self.admission.end_measure(grant)
+        proof_json = json.loads(proof_to_json(proof))
+        public = [str(v) for v in proof.public_signals]
+        job.release()
+        return {"proof": proof_json, "public_signals": public, "timings": timings}
+
+    def _verify(self, lease: KeyLease, proof: Proof) -> bool:
+        from ..prover.verify import prepare_vkey, verify, vkey_from_zkey
+
+        with self._vkey_lock:  # the prepared key is derived once per registration and kept across evictions
+            prepared = lease.extras.get("prepared_vkey")
+            if prepared is None:
+                prepared = lease.extras["prepared_vkey"] = prepare_vkey(vkey_from_zkey(lease.zkey))
+        return verify(prepared, proof.public_signals, proof)
+
+
+def spawn(name: str, run: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=run, name=f"cuzk-{name}", daemon=True)
+    thread.start()
+    return thread

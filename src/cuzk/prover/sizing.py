@@ -1,0 +1,114 @@
+"""How many bytes one proof of a key needs, on the host and on a device: the one place that says so.
+
+Admission reserves ``host_working_set`` in the host budget; the VRAM tier asks
+``proof_vram_bytes`` before making a key's bases resident; the prover reserves
+``device_vector_bytes`` for the vectors it keeps on a device. Every figure is exact arithmetic
+over the key's header (N = domain size, E = bytes per Fr element, V = number of signals) and
+follows what ``prover.groth16`` allocates:
+
+- witness: the job's .wtns values, memory-mapped and read in full, plus the aligned copy a
+  kernel may take of them — 2·V·E;
+- a/b/c phase: A·w and B·w come from synthesis as two halves of one allocation (2·N·E,
+  freed only when both are), C = A∘B (N·E), and while one vector is interpolated and
+  evaluated on the coset, its inverse-NTT output, the coset-scaled copy and the transform's
+  output exist at once (3·N·E): at worst, transforming B while A's new vector and the old
+  A/B allocation are alive, 7·N·E. A device backend keeps these vectors in VRAM when its
+  budget allows, but falls back to copying each operation's inputs and outputs when it does
+  not, so the host reserves them either way. The CPU backend also keeps NTT tables per domain
+  (twiddles of both directions, N/2 elements each, and the 8-byte bit-reversal index) —
+  N·E + 8·N; a device keeps its tables in VRAM;
+- MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
+  largest MSM (recoded scalar copy and indices per point, plus bounded per-task bucket
+  sorting space); a device's MSM scratch is in VRAM and its staging buffers come from the
+  pinned pool, which holds its own reservation;
+- with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size;
+- allocator slack: each worker thread's malloc arena and stack pages first touched by a job,
+  a fixed THREAD_SLACK_BYTES per thread (an allowance, not a measurement).
+
+The host reservation is released in two phases: the a/b/c part when the prover reports
+those vectors freed, the rest when the job ends. A measured peak for the circuit replaces the
+estimate when it is larger: the estimate covers what the prover allocates, the measurement
+what it cannot see (allocator slack, backend temporaries).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numba
+
+from ..backends.cuda.backend import KEY_BASES
+from ..formats.zkey import ZKeyHeader
+
+ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
+# CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and buckets of a window.
+MSM_TASK_POINTS = 1 << 18
+MSM_MAX_BUCKETS = 1 << 19  # window c <= 20, signed digits: 2^(c-1) buckets
+THREAD_SLACK_BYTES = 256 << 10
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    """The host bytes one proof reserves, in its two release phases."""
+
+    abc_bytes: int  # released when the prover frees a/b/c (phase one)
+    rest_bytes: int  # witness, H scalars, MSM scratch, r1cs: released at the end
+    estimated_bytes: int  # the header arithmetic alone
+    measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
+
+    @property
+    def total_bytes(self) -> int:
+        return self.abc_bytes + self.rest_bytes
+
+    def to_dict(self) -> dict:
+        return {"total_bytes": self.total_bytes, "abc_bytes": self.abc_bytes, "rest_bytes": self.rest_bytes,
+                "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes}
+
+
+def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
+    """Upper bound of the CPU Pippenger's scratch for ``n`` points of G1 (group=1) or G2 (group=2)."""
+    coord = header.n8q * group  # one coordinate of G1 is an Fq, of G2 an Fq2
+    per_point = header.n8r + 24  # offset scalar (n8r + 8), index (8), kind and ±1 digit (5), rounded up
+    # One task per thread at a time: its points sorted by bucket (x, y), the pair arrays of the
+    # batched affine additions (at most one pair per two points: denominator, prefix product,
+    # two indices and a case byte) and digit/infinity bytes; plus start/length per bucket.
+    m = min(n, MSM_TASK_POINTS)
+    per_task = m * (3 * coord + 16) + min(n, MSM_MAX_BUCKETS) * 16
+    return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
+
+
+def host_working_set(header: ZKeyHeader, *, on_device: bool, r1cs_path: str | os.PathLike | None = None,
+                     measured_bytes: int | None = None) -> WorkingSet:
+    """The host reservation of one proof with this key, proved on a device or on the CPU (module docstring)."""
+    E, N, V = header.n8r, header.domain_size, header.n_vars
+    abc = ABC_VECTORS * N * E
+    rest = 2 * V * E + N * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    if not on_device:
+        abc += N * E + 8 * N
+        rest += max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
+    if r1cs_path is not None:
+        rest += 2 * os.path.getsize(r1cs_path)
+    estimated = abc + rest
+    if measured_bytes is not None and measured_bytes > estimated:
+        rest += measured_bytes - estimated
+    return WorkingSet(abc, rest, estimated, measured_bytes)
+
+
+def device_vector_bytes(header: ZKeyHeader) -> int:
+    """Device bytes of one proof's field vectors at their peak: a, b, c, two NTT/elementwise temporaries, the witness."""
+    fr = header.curve.Fr.n8
+    return 5 * header.domain_size * fr + header.n_vars * fr
+
+
+def bases_bytes(header: ZKeyHeader) -> int:
+    """Device bytes of a key's resident MSM bases (the sections' sizes: the device layout is the file's)."""
+    sizes = header.section_nbytes()
+    return sum(sizes[name] for name, _ in KEY_BASES)
+
+
+def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
+    """Device bytes one proof needs beside resident bases: its field vectors and the working set of the largest
+    MSM with resident bases (the MSM's own count: its chunk planner needs it too)."""
+    largest = max(header.n_vars, header.domain_size)
+    return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
