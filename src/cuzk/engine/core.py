@@ -50,6 +50,12 @@ synthesizing or synthesized ahead of the devices. Each device has its own backen
 budget and resident keys (``KeyManager.on_device``); its copies are staged through one pinned
 pool charged to the host budget.
 
+Lock order (outermost first; a thread holding one only takes those below it):
+``Admission._admitting`` → the key manager's locks → the budget's lock;
+``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back).
+Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, each scheduler's
+condition. No lock is held while a job's listener runs or while a worker waits for a stage.
+
 ``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
 the journal, so the next engine on the data directory replays it (as after a crash). A job
 whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM kills)
