@@ -71,7 +71,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from ..memory.units import parse_size
     from .daemon import DaemonStartError
     from .report import render
-    from .runner import BenchOptions, BenchRun
+    from .result import BenchOptions
+    from .runner import BenchRun
     from .workload import circuits_from_args
 
     priorities = [p.strip().lower() for item in (args.priority or [DEFAULT_PRIORITY]) for p in item.split(",") if p.strip()]
