@@ -50,7 +50,7 @@ class Daemon:
                  budget_over_limit: bool = False):
         """``budget``: the supervisor's ceiling (configured or learned), else the config's; ``budget_over_limit``
         trusts the supervisor's ``budget`` over the detected limit (it says so only for an unlearned configured one)."""
-        from ..engine.pipeline import Engine, EngineConfig
+        from ..engine import Engine, EngineConfig
 
         self.config = config
         self.started_at = time.time()

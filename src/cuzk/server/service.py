@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
+from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..engine.jobs import JobRecord, UnknownJobError
 from ..engine.journal import RequestIdConflict
-from ..engine.pipeline import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..keys.manager import KeyInUseError, UnknownKeyError
 from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
