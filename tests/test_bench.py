@@ -20,7 +20,7 @@ from rich.console import Console
 from cuzk.bench.daemon import _toml_value, fresh_data_dir
 from cuzk.bench.report import PHASES, latency_stats, parse_metrics, render
 from cuzk.bench.timeline import RecoveryTracker, Sample, write_csv
-from cuzk.bench.workload import PRIORITIES, BenchCircuit, WorkloadError, circuits_from_args, example_dir, plan_jobs
+from cuzk.bench.workload import PRIORITY_NAMES, BenchCircuit, WorkloadError, circuits_from_args, example_dir, plan_jobs
 from cuzk.cli import main as cli_main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -58,7 +58,7 @@ def test_same_named_keys_get_distinct_labels():
 
 
 @given(n_circuits=st.integers(1, 4), jobs=st.integers(1, 40), warmup=st.integers(0, 2),
-       priorities=st.lists(st.sampled_from(PRIORITIES), min_size=1, max_size=4, unique=True))
+       priorities=st.lists(st.sampled_from(PRIORITY_NAMES), min_size=1, max_size=4, unique=True))
 def test_plan_cycles_circuits_and_priorities(n_circuits, jobs, warmup, priorities):
     circuits = [BenchCircuit(f"c{i}", Path(f"/k{i}"), Path(f"/w{i}")) for i in range(n_circuits)]
     plan = plan_jobs(circuits, jobs, priorities, warmup)

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cuzk.client import Client, DaemonUnavailable, _priority, key_ref
-from cuzk.server.proto import cuzk_pb2 as pb
+from cuzk.client import Client, DaemonUnavailable, key_ref
+from cuzk.proto import cuzk_pb2 as pb
+from cuzk.proto import priority_to_pb
 
 
 def test_key_ref_tells_paths_from_names(tmp_path):
@@ -28,12 +29,12 @@ def test_key_ref_tells_paths_from_names(tmp_path):
 
 @given(st.sampled_from(["low", "NORMAL", "High", " critical "]))
 def test_priorities_by_name_in_any_case(name):
-    assert pb.Priority.Name(_priority(name)) == "PRIORITY_" + name.strip().upper()
+    assert pb.Priority.Name(priority_to_pb(name)) == "PRIORITY_" + name.strip().upper()
 
 
 def test_unknown_priority_is_a_value_error():
     with pytest.raises(ValueError, match="unknown priority 'urgent'"):
-        _priority("urgent")
+        priority_to_pb("urgent")
 
 
 def test_no_daemon_fails_fast_for_status_and_within_the_grace_for_retried_calls(tmp_path):

@@ -28,8 +28,8 @@ from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
-from cuzk.server.proto import WITNESS_PATH_REFUSED
-from cuzk.server.proto import cuzk_pb2 as pb
+from cuzk.proto import WITNESS_PATH_REFUSED
+from cuzk.proto import cuzk_pb2 as pb
 
 TOKEN = "test-token-" + "x" * 16
 MAX_REQUEST = 4 * MiB

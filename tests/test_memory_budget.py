@@ -1,6 +1,5 @@
-"""MemoryBudget: reservations, fairness, timeouts, evictors, and threads + asyncio hammering it at random."""
+"""MemoryBudget: reservations, fairness, timeouts, evictors, and threads hammering it at random."""
 
-import asyncio
 import random
 import threading
 import time
@@ -90,8 +89,7 @@ def test_request_larger_than_the_whole_budget_fails_at_once_everywhere():
     budget = MemoryBudget(100)
     budget.set_effective_limit(10)
     start = time.monotonic()
-    for call in (lambda: budget.acquire(101, "key", label="huge.zkey"), lambda: budget.try_acquire(101, "key"),
-                 lambda: asyncio.run(budget.acquire_async(101, "working"))):
+    for call in (lambda: budget.acquire(101, "key", label="huge.zkey"), lambda: budget.try_acquire(101, "key")):
         with pytest.raises(BudgetExceededError, match="exceeds the whole host memory budget of 100 B"):
             call()
     assert time.monotonic() - start < 1.0
@@ -242,61 +240,7 @@ def test_effective_limit_shrinks_and_recovers():
     assert result["value"].nbytes == 60 and budget.effective_total_bytes == 100
 
 
-def test_async_waiters_woken_by_releases_from_other_threads():
-    budget = MemoryBudget(100)
-    held = budget.acquire(100, "key")
-
-    async def main():
-        tasks = [asyncio.create_task(budget.acquire_async(25, "working", timeout=5)) for _ in range(4)]
-        while budget.snapshot()["waiters"] < 4:
-            await asyncio.sleep(0)
-        threading.Thread(target=held.release).start()
-        return await asyncio.gather(*tasks)
-
-    reservations = asyncio.run(main())
-    assert [r.nbytes for r in reservations] == [25] * 4 and budget.reserved_bytes == 100
-
-
-def test_async_timeout_and_cancellation_give_the_place_up():
-    budget = MemoryBudget(100)
-    held = budget.acquire(100, "key")
-
-    async def main():
-        with pytest.raises(AcquireTimeout):
-            await budget.acquire_async(10, "working", timeout=0.01)
-        waiting = asyncio.create_task(budget.acquire_async(50, "working"))
-        behind = asyncio.create_task(budget.acquire_async(40, "working", timeout=5))
-        while budget.snapshot()["waiters"] < 2:
-            await asyncio.sleep(0)
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-        assert budget.snapshot()["waiters"] == 1
-        held.release()
-        return await behind
-
-    assert asyncio.run(main()).nbytes == 40 and budget.reserved_bytes == 40
-
-
-def test_async_cancel_after_the_grant_returns_the_bytes():
-    budget = MemoryBudget(100)
-    held = budget.acquire(100, "key")
-
-    async def main():
-        task = asyncio.create_task(budget.acquire_async(70, "working"))
-        while budget.snapshot()["waiters"] < 1:
-            await asyncio.sleep(0)
-        held.release()  # grants the 70 to the task, which has not run yet ...
-        assert budget.reserved_bytes == 70
-        task.cancel()  # ... and is cancelled before it could take it
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
-    assert budget.reserved_bytes == 0 and budget.snapshot()["reservations"] == 0
-
-
-def test_threads_and_tasks_at_random_never_exceed_never_deadlock_never_miss_a_wakeup():
+def test_threads_at_random_never_exceed_never_deadlock_never_miss_a_wakeup():
     total = 1000
     budget = MemoryBudget(total)
     lock = threading.Lock()
@@ -329,22 +273,19 @@ def test_threads_and_tasks_at_random_never_exceed_never_deadlock_never_miss_a_wa
             r.release()
         done.append(seed)
 
-    async def task_worker(seed):
+    def brief_worker(seed):  # another size mix, each held only while it yields once
         rng = random.Random(seed)
         for _ in range(100):
             size = rng.choice([5, 50, 300, 700])
-            r = await budget.acquire_async(size, rng.choice(CATEGORIES), timeout=30)
+            r = budget.acquire(size, rng.choice(CATEGORIES), timeout=30)
             hold(size)
-            await asyncio.sleep(0)
+            time.sleep(0)
             unhold(size)
             r.release()
         done.append(seed)
 
-    async def tasks():
-        await asyncio.gather(*(task_worker(100 + i) for i in range(8)))
-
     threads = [threading.Thread(target=thread_worker, args=(i,), daemon=True) for i in range(8)]
-    threads.append(threading.Thread(target=lambda: asyncio.run(tasks()), daemon=True))
+    threads += [threading.Thread(target=brief_worker, args=(100 + i,), daemon=True) for i in range(8)]
     for t in threads:
         t.start()
     for t in threads:

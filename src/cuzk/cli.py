@@ -12,7 +12,10 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     if args.daemon:
         from .server.commands import prove_with_daemon
 
-        return prove_with_daemon(args)
+        result = prove_with_daemon(args)
+        if args.verbose:
+            _print_timings(result.timings, f"daemon {result.job_id}")
+        return 0
     from .backends import get_backend
     from .formats.json_io import write_proof, write_public
     from .formats.r1cs import read_r1cs
@@ -44,10 +47,11 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_timings(timings: dict[str, float], backend: str) -> None:
+def _print_timings(timings: dict[str, float], source: str) -> None:
+    """One line of phase times on stderr, for ``--verbose`` (a local prove, a daemon's job, a setup)."""
     total = sum(timings.values())
     parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in timings.items())
-    print(f"[{backend}] {parts}  total {total * 1000:.1f} ms", file=sys.stderr)
+    print(f"[{source}] {parts}  total {total * 1000:.1f} ms", file=sys.stderr)
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:

@@ -33,12 +33,11 @@ from typing import Any, Callable, TypeVar
 import grpc
 
 from .config import normalize_address
-from .server.proto import WITNESS_PATH_REFUSED
-from .server.proto import cuzk_pb2 as pb
-from .server.proto import cuzk_pb2_grpc as pb_grpc
+from .engine.jobs import JobState, Priority
+from .proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
+from .proto import cuzk_pb2 as pb
+from .proto import cuzk_pb2_grpc as pb_grpc
 
-PRIORITIES = ("LOW", "NORMAL", "HIGH", "CRITICAL")
-STATES = ("QUEUED", "SYNTHESIZING", "PROVING", "DONE", "FAILED", "CANCELLED")
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_REQUEST_BYTES = (1 << 31) - 1  # gRPC takes a 32-bit int
@@ -120,16 +119,8 @@ def key_ref(key: str | os.PathLike) -> pb.KeyRef:
     return pb.KeyRef(name=text)
 
 
-def _priority(priority: str | int) -> int:
-    name = priority if isinstance(priority, str) else PRIORITIES[priority]
-    name = name.strip().upper()
-    if name not in PRIORITIES:
-        raise ValueError(f"unknown priority {priority!r}; expected one of {', '.join(reversed(PRIORITIES))}")
-    return pb.Priority.Value("PRIORITY_" + name)
-
-
 def _state_name(value: int) -> str:
-    return pb.JobState.Name(value).removeprefix("JOB_STATE_")
+    return state_from_pb(value).name
 
 
 def _result(msg: pb.ProofResult) -> ProofResult:
@@ -234,12 +225,12 @@ class Client:
                 self.sends_witness_paths = False  # the daemon cannot read our files: bytes from now on
         return send({"witness": path.read_bytes()})
 
-    def submit(self, key: str | os.PathLike, witness: Witness, *, priority: str | int = "NORMAL",
+    def submit(self, key: str | os.PathLike, witness: Witness, *, priority: Priority | str | int = Priority.NORMAL,
                request_id: str | None = None, timeout: float | None = 60.0) -> tuple[str, bool]:
         """Queue a proof (``witness``: the .wtns bytes or its path); returns (job_id, deduplicated). Durable on the
         daemon once this returns."""
         def send(fields: dict[str, Any]) -> pb.SubmitProofResponse:
-            req = pb.SubmitProofRequest(key=key_ref(key), priority=_priority(priority), request_id=request_id or "", **fields)
+            req = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id or "", **fields)
             return self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
 
         resp = self._with_witness(witness, send)
@@ -256,14 +247,14 @@ class Client:
         result = _result(self._call(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
         return self._checked(result) if check else result
 
-    def prove(self, key: str | os.PathLike, witness: Witness, *, priority: str | int = "NORMAL",
+    def prove(self, key: str | os.PathLike, witness: Witness, *, priority: Priority | str | int = Priority.NORMAL,
               request_id: str | None = None, timeout: float | None = None) -> ProofResult:
         """Submit and wait in one call; retried across a daemon restart (a request_id is always sent, so never twice)."""
         request_id = request_id or f"prove-{uuid.uuid4().hex}"
         slack = 5.0
 
         def send(fields: dict[str, Any]) -> pb.ProofResult:
-            submit = pb.SubmitProofRequest(key=key_ref(key), priority=_priority(priority), request_id=request_id, **fields)
+            submit = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id, **fields)
             request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
             return self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True)
 
@@ -298,9 +289,9 @@ class Client:
         return json.loads(resp.key_json)
 
     def list_jobs(self, states: list[str] | None = None, limit: int = 0, timeout: float | None = 30.0) -> list[JobInfo]:
-        req = pb.ListJobsRequest(states=[pb.JobState.Value("JOB_STATE_" + s.upper()) for s in states or []], limit=limit)
+        req = pb.ListJobsRequest(states=[state_to_pb(JobState(s.lower())) for s in states or []], limit=limit)
         resp = self._call(self._stub.ListJobs, req, timeout=timeout, retry=False)
-        return [JobInfo(job_id=j.job_id, circuit=j.circuit, priority=pb.Priority.Name(j.priority).removeprefix("PRIORITY_"),
+        return [JobInfo(job_id=j.job_id, circuit=j.circuit, priority=priority_from_pb(j.priority).name,
                         state=_state_name(j.state), submitted_at=j.submitted_at, started_at=j.started_at or None,
                         finished_at=j.finished_at or None, error=j.error, request_id=j.request_id, attempts=j.attempts)
                 for j in resp.jobs]

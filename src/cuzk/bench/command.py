@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .workload import DEFAULT_PRIORITY, PRIORITY_NAMES
+
 
 def _engine_option(text: str) -> tuple[str, Any]:
     key, sep, value = text.partition("=")
@@ -32,7 +34,8 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--jobs", type=int, default=8, metavar="N", help="measured jobs (default 8)")
     w.add_argument("--concurrency", type=int, default=2, metavar="C", help="jobs in flight at once (default 2)")
     w.add_argument("--priority", action="append", metavar="P",
-                   help="priorities to cycle through: low, normal, high, critical (repeat or comma-separate; default normal)")
+                   help=f"priorities to cycle through: {', '.join(PRIORITY_NAMES)} "
+                        f"(repeat or comma-separate; default {DEFAULT_PRIORITY})")
     w.add_argument("--warmup", type=int, default=1, metavar="N", help="unmeasured jobs per circuit first (default 1)")
     d = p.add_argument_group("daemon")
     d.add_argument("--addr", metavar="ADDR", help="attach to a running daemon (unix:PATH or HOST:PORT) instead of starting one")
@@ -68,10 +71,11 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from ..memory.units import parse_size
     from .daemon import DaemonStartError
     from .report import render
-    from .runner import BenchOptions, BenchRun
+    from .result import BenchOptions
+    from .runner import BenchRun
     from .workload import circuits_from_args
 
-    priorities = [p.strip().lower() for item in (args.priority or ["normal"]) for p in item.split(",") if p.strip()]
+    priorities = [p.strip().lower() for item in (args.priority or [DEFAULT_PRIORITY]) for p in item.split(",") if p.strip()]
     options = BenchOptions(
         circuits=circuits_from_args(args.zkey, args.wtns, args.circuit), out_dir=Path(args.out), jobs=args.jobs,
         concurrency=args.concurrency, priorities=priorities, warmup=args.warmup, addr=args.addr,

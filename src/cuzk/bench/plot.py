@@ -10,13 +10,12 @@ prover, prove, verify); warm-up jobs are drawn paler.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..memory.units import GiB, MiB
+from .report import build_report
+from .result import BenchResult
 from .timeline import categories
-
-if TYPE_CHECKING:
-    from .runner import BenchRun
 
 PHASE_COLOURS = {"queue": "#d9d9d9", "synthesis": "#fdae61", "prover_wait": "#fee08b", "prove": "#1a9641", "verify": "#7b3294"}
 
@@ -36,7 +35,8 @@ def _segments(job: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(p, a, b) for p, a, b in out if b > a]
 
 
-def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
+def plot_timeline(path: Path, result: BenchResult) -> None:
+    """Draw ``result``'s timeline into the PNG file ``path``; the jobs' phases and the run's figures are the report's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,7 +45,8 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     from matplotlib.patches import Patch
     from matplotlib.ticker import MaxNLocator
 
-    samples = run.sampler.samples
+    report = build_report(result)
+    samples = result.samples
     jobs = report["job_records"]
     peak = max([s.limit_bytes or 0 for s in samples] + [s.charged_bytes or 0 for s in samples] + [1])
     unit, unit_name = (GiB, "GiB") if peak >= 2 * GiB else (MiB, "MiB")
@@ -76,9 +77,9 @@ def plot_timeline(path: Path, run: BenchRun, report: dict[str, Any]) -> None:
     down = [s.t_s for s in samples if not s.engine_up]
     for x in down:
         for a in (ax, axj):
-            a.axvspan(x - run.options.sample_interval / 2, x + run.options.sample_interval / 2, color="#fbb4b9", alpha=0.3, lw=0)
+            a.axvspan(x - result.options.sample_interval / 2, x + result.options.sample_interval / 2, color="#fbb4b9", alpha=0.3, lw=0)
     for event in report["oom"]["events"]:
-        x = event["died_at"] - run.started_wall
+        x = event["died_at"] - result.started_unix
         for a in (ax, axj):
             a.axvline(x, color="#d7191c", lw=1.5)
         ax.text(x, 0.98, " OOM kill" if event["oom_kill"] else " engine died", transform=ax.get_xaxis_transform(),

@@ -1,4 +1,4 @@
-"""The figures of a bench run (a JSON-ready dict) and the table a person reads.
+"""The figures of a bench run (a JSON-ready dict built from its ``BenchResult``) and the table a person reads.
 
 Phases of one job, from the engine's own record of it (``started_at`` is stamped when a
 synthesis worker has the key and the job's memory reservation, so the queue phase includes
@@ -17,14 +17,13 @@ waiting for both):
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from ..client import JobInfo
 from ..memory.units import format_size
-
-if TYPE_CHECKING:
-    from .runner import BenchRun
+from .result import BenchResult, JobOutcome
 
 SCHEMA = 1
 SYNTHESIS_TIMINGS = ("check", "synthesize")
@@ -43,7 +42,7 @@ def latency_stats(values: list[float]) -> dict[str, Any]:
             "max_s": float(a.max()), "min_s": float(a.min())}
 
 
-def job_phases(outcome, info) -> dict[str, float]:
+def job_phases(outcome: JobOutcome, info: JobInfo | None) -> dict[str, float]:
     """The phases of one finished job (seconds); a phase the data cannot give is left out."""
     t = outcome.timings
     out: dict[str, float] = {}
@@ -67,10 +66,10 @@ def job_phases(outcome, info) -> dict[str, float]:
     return out
 
 
-def job_record(outcome, info, started_wall: float) -> dict[str, Any]:
+def job_record(outcome: JobOutcome, info: JobInfo | None, started_unix: float) -> dict[str, Any]:
     """One job as the JSON shows it; times in seconds since the run began (the engine's stamps converted)."""
     def t(stamp: float | None) -> float | None:
-        return None if not stamp else round(stamp - started_wall, 4)
+        return None if not stamp else round(stamp - started_unix, 4)
 
     record = {"index": outcome.planned.index, "circuit": outcome.planned.circuit.name, "priority": outcome.planned.priority,
               "warmup": outcome.planned.warmup, "job_id": outcome.job_id, "state": outcome.state,
@@ -110,11 +109,11 @@ def _ratio(a: int | None, b: int | None) -> float | None:
     return None if a is None or not b else a / b
 
 
-def memory_summary(run: BenchRun) -> dict[str, Any]:
-    samples = run.sampler.samples
+def memory_summary(result: BenchResult) -> dict[str, Any]:
+    samples = result.samples
     up = [s for s in samples if s.charged_bytes is not None]
-    out: dict[str, Any] = {"samples": len(samples), "sample_interval_s": run.options.sample_interval,
-                           "limit_source": run.daemon.kernel_memory()[2]}
+    out: dict[str, Any] = {"samples": len(samples), "sample_interval_s": result.options.sample_interval,
+                           "limit_source": result.limit_source}
     if samples:
         out["limit_bytes_first"] = samples[0].limit_bytes
         out["limit_bytes_last"] = samples[-1].limit_bytes
@@ -133,16 +132,17 @@ def memory_summary(run: BenchRun) -> dict[str, Any]:
     kernel = [s.kernel_charged_bytes for s in samples if s.kernel_charged_bytes is not None]
     if kernel:
         out["peak_kernel_charged_bytes"] = max(kernel)
-    if not run.daemon.attached and run.sampler.engine_peak_charged:
+    if not result.daemon_attached and result.engine_peak_charged:
         # The engines were started for this run, so their reconcilers' peaks (sampled at their own pace) are the run's too.
-        out["engine_reported_peak_charged_bytes"] = max(run.sampler.engine_peak_charged.values())
+        out["engine_reported_peak_charged_bytes"] = max(result.engine_peak_charged.values())
     return out
 
 
-def build_report(run: BenchRun, jobs_info: dict[str, Any], metrics_text: str) -> dict[str, Any]:
-    opts = run.options
-    measured = [o for o in run.outcomes if not o.planned.warmup]
-    warmup = [o for o in run.outcomes if o.planned.warmup]
+def build_report(result: BenchResult) -> dict[str, Any]:
+    opts = result.options
+    jobs_info = result.engine_jobs
+    measured = [o for o in result.outcomes if not o.planned.warmup]
+    warmup = [o for o in result.outcomes if o.planned.warmup]
     done = [o for o in measured if o.state == "DONE"]
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     by_priority: dict[str, list[float]] = {}
@@ -152,33 +152,33 @@ def build_report(run: BenchRun, jobs_info: dict[str, Any], metrics_text: str) ->
             phases[phase].append(seconds)
         by_priority.setdefault(o.planned.priority, []).append(o.completed_t - o.submitted_t)
         by_circuit.setdefault(o.planned.circuit.name, []).append(o.completed_t - o.submitted_t)
-    key_loads = run.sampler.key_loads
+    key_loads = result.key_loads
     if not phases["key_load"]:
         phases["key_load"] = [e["seconds"] for e in key_loads if e["seconds"] is not None]
     wall = None
-    if run.measure_started_t is not None and run.measure_ended_t is not None:
-        wall = max(0.0, run.measure_ended_t - run.measure_started_t)
-    recoveries = run.sampler.tracker.snapshot()
-    status = run.sampler.last_status or {}
+    if result.measure_started_t is not None and result.measure_ended_t is not None:
+        wall = max(0.0, result.measure_ended_t - result.measure_started_t)
+    recoveries = result.recoveries
+    status = result.final_status or {}
     states: dict[str, int] = {}
     for o in measured:
         states[o.state] = states.get(o.state, 0) + 1
-    errors = sorted({o.error for o in run.outcomes if o.error})
+    errors = sorted({o.error for o in result.outcomes if o.error})
     key_info = {k["name"]: k for k in status.get("keys") or []}
     return {
         "schema": SCHEMA,
-        "ok": run.abort_reason is None and len(done) == len(measured) and all(o.state == "DONE" for o in warmup),
-        "aborted": run.abort_reason,
+        "ok": result.aborted is None and len(done) == len(measured) and all(o.state == "DONE" for o in warmup),
+        "aborted": result.aborted,
         "workload": {
             "circuits": [{"name": c.name, "zkey": str(c.zkey), "wtns": str(c.wtns),
-                          **{k: key_info.get(run.key_names[c.name], {}).get(k) for k in ("curve", "domain_size", "hot_bytes", "working_set_bytes")}}
+                          **{k: key_info.get(result.key_names[c.name], {}).get(k) for k in ("curve", "domain_size", "hot_bytes", "working_set_bytes")}}
                          for c in opts.circuits],
-            "jobs": opts.jobs, "warmup_jobs": sum(j.warmup for j in run.planned), "concurrency": opts.concurrency,
-            "priorities": opts.priorities, "witness_sent_as": run.witness_sent_as,
+            "jobs": opts.jobs, "warmup_jobs": sum(j.warmup for j in result.planned), "concurrency": opts.concurrency,
+            "priorities": opts.priorities, "witness_sent_as": result.witness_sent_as,
         },
         "daemon": {
-            "mode": "attached" if run.daemon.attached else "started", "address": run.daemon.address,
-            "data_dir": None if run.daemon.data_dir is None else str(run.daemon.data_dir),
+            "mode": "attached" if result.daemon_attached else "started", "address": result.daemon_address,
+            "data_dir": None if result.daemon_data_dir is None else str(result.daemon_data_dir),
             "budget_requested": opts.budget, "memory_limit_bytes": opts.memory_limit, "engine_options": opts.engine,
             "config": status.get("config"), "version": (status.get("server") or {}).get("version"),
         },
@@ -187,22 +187,22 @@ def build_report(run: BenchRun, jobs_info: dict[str, Any], metrics_text: str) ->
         "jobs": {"submitted": len(measured), "done": len(done), "failed": states.get("FAILED", 0),
                  "cancelled": states.get("CANCELLED", 0), "unfinished": states.get("PENDING", 0),
                  "warmup_done": sum(o.state == "DONE" for o in warmup),
-                 "retried": sum(1 for o in run.outcomes if o.job_id in jobs_info and jobs_info[o.job_id].attempts > 1),
+                 "retried": sum(1 for o in result.outcomes if o.job_id in jobs_info and jobs_info[o.job_id].attempts > 1),
                  "errors": errors[:5]},
         "latency": {p: latency_stats(v) for p, v in phases.items()},
         "latency_by_priority": {p: latency_stats(v) for p, v in by_priority.items()},
         "latency_by_circuit": {c: latency_stats(v) for c, v in by_circuit.items()},
         "key_loads": {"count": sum(e["loads"] for e in key_loads), "events": key_loads},
-        "memory": memory_summary(run),
-        "oom": {"recoveries": sum(r.oom_kill for r in recoveries), "oom_kills": run.sampler.tracker.oom_kills,
+        "memory": memory_summary(result),
+        "oom": {"recoveries": sum(r.oom_kill for r in recoveries), "oom_kills": result.oom_kills,
                 "restarts": len(recoveries), "max_oom_retries": opts.max_oom_retries,
                 "events": [r.to_dict() for r in recoveries]},
-        "daemon_metrics": parse_metrics(metrics_text),
-        "job_records": [job_record(o, jobs_info.get(o.job_id), run.started_wall) for o in run.outcomes],
-        "timeline": {"started_unix": run.started_wall, "measure_started_t_s": run.measure_started_t,
-                     "measure_ended_t_s": run.measure_ended_t},
+        "daemon_metrics": parse_metrics(result.metrics_text),
+        "job_records": [job_record(o, jobs_info.get(o.job_id), result.started_unix) for o in result.outcomes],
+        "timeline": {"started_unix": result.started_unix, "measure_started_t_s": result.measure_started_t,
+                     "measure_ended_t_s": result.measure_ended_t},
         "files": {"json": "results.json", "csv": "timeline.csv", "png": "timeline.png" if opts.plot else None,
-                  "daemon_log": None if run.daemon.attached else "daemon.log"},
+                  "daemon_log": None if result.daemon_attached else "daemon.log"},
     }
 
 

@@ -23,69 +23,20 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..client import AwaitTimeout, Client, DaemonError, DaemonUnavailable
 from .daemon import AttachedDaemon, StartedDaemon, fresh_data_dir
 from .report import build_report
+from .result import BenchOptions, BenchResult, JobOutcome
 from .timeline import TimelineSampler, write_csv
-from .workload import BenchCircuit, PlannedJob, plan_jobs
+from .workload import PlannedJob, plan_jobs
 
 # How long one await waits before the worker looks up to see whether the run was aborted.
 AWAIT_SLICE_S = 5.0
 # Unreachable daemon: how long one client call retries before the worker checks for an abort.
 RETRY_SLICE_S = 5.0
-
-
-class BenchAborted(RuntimeError):
-    """The run stopped before all jobs finished; the message says why. The report is still written."""
-
-
-@dataclass
-class BenchOptions:
-    circuits: list[BenchCircuit]
-    out_dir: Path
-    jobs: int = 8
-    concurrency: int = 2
-    priorities: list[str] = field(default_factory=lambda: ["normal"])
-    warmup: int = 1  # per circuit
-    addr: str | None = None
-    token: str | None = None
-    tls_ca: str | None = None  # PEM CA file for a TLS --addr
-    data_dir: Path | None = None
-    budget: str | None = None
-    budget_over_limit: bool = False
-    engine: dict[str, Any] = field(default_factory=dict)
-    memory_limit: int | None = None
-    max_oom_retries: int = 3
-    sample_interval: float = 0.25
-    timeout: float | None = None
-    plot: bool = True
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError(f"--concurrency must be at least 1, got {self.concurrency}")
-        if self.max_oom_retries < 0:
-            raise ValueError(f"--max-oom-retries must not be negative, got {self.max_oom_retries}")
-        if self.addr and (self.budget or self.budget_over_limit or self.engine or self.memory_limit or self.data_dir):
-            raise ValueError("--budget, --budget-over-limit, --engine, --memory-limit and --data-dir configure a daemon the "
-                             "bench starts; they do not apply with --addr")
-        if self.budget_over_limit and not self.budget:
-            raise ValueError("--budget-over-limit needs --budget (the figure to trust over the detected limit)")
-
-
-@dataclass
-class JobOutcome:
-    planned: PlannedJob
-    request_id: str
-    submitted_t: float  # seconds since the run began, when the submit call started
-    job_id: str | None = None
-    completed_t: float | None = None  # when the await returned
-    state: str = "PENDING"  # DONE / FAILED / CANCELLED from the daemon; PENDING if the run stopped first
-    error: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 class BenchRun:
@@ -178,9 +129,22 @@ class BenchRun:
         finally:
             self.sampler.stop()
         self.witness_sent_as = "path" if client.sends_witness_paths else "bytes"
-        report = build_report(self, jobs_info, metrics_text)
-        self._write_files(report)
+        result = self._result(daemon, jobs_info, metrics_text)
+        report = build_report(result)
+        self._write_files(result, report)
         return report
+
+    def _result(self, daemon, jobs_info: dict[str, Any], metrics_text: str) -> BenchResult:
+        sampler = self.sampler
+        return BenchResult(
+            options=self.options, planned=list(self.planned), outcomes=list(self.outcomes), engine_jobs=jobs_info,
+            metrics_text=metrics_text, samples=list(sampler.samples), key_loads=list(sampler.key_loads),
+            recoveries=sampler.tracker.snapshot(), oom_kills=sampler.tracker.oom_kills,
+            engine_peak_charged=dict(sampler.engine_peak_charged), final_status=sampler.last_status,
+            daemon_attached=daemon.attached, daemon_address=daemon.address, daemon_data_dir=daemon.data_dir,
+            limit_source=daemon.kernel_memory()[2], key_names=dict(self.key_names), witness_sent_as=self.witness_sent_as,
+            started_unix=self.started_wall, measure_started_t=self.measure_started_t, measure_ended_t=self.measure_ended_t,
+            aborted=self.abort_reason)
 
     def _collect(self, client: Client) -> tuple[dict[str, Any], str]:
         """The engine's record of each of our jobs (timestamps) and its metrics, while it still runs."""
@@ -261,12 +225,12 @@ class BenchRun:
         outcome.completed_t = self.now()
         outcome.state, outcome.error, outcome.timings = result.state, result.error, dict(result.timings)
 
-    def _write_files(self, report: dict[str, Any]) -> None:
+    def _write_files(self, result: BenchResult, report: dict[str, Any]) -> None:
         out = self.options.out_dir
         files = report["files"]
-        write_csv(out / files["csv"], self.sampler.samples)
+        write_csv(out / files["csv"], result.samples)
         if self.options.plot:
             from .plot import plot_timeline
 
-            plot_timeline(out / files["png"], self, report)
+            plot_timeline(out / files["png"], result)
         (out / files["json"]).write_text(json.dumps(report, indent=1, default=str) + "\n")

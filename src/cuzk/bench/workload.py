@@ -7,8 +7,12 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
+from ..engine.jobs import Priority
+
 EXAMPLE_NAME = "synthetic_bn254"
-PRIORITIES = ("low", "normal", "high", "critical")
+# How the bench names priorities (in --priority and in its report): the engine's, in lower case.
+PRIORITY_NAMES = tuple(level.name.lower() for level in Priority)
+DEFAULT_PRIORITY = Priority.NORMAL.name.lower()  # also the warm-up jobs'
 
 
 class WorkloadError(ValueError):
@@ -75,10 +79,10 @@ def plan_jobs(circuits: list[BenchCircuit], jobs: int, priorities: list[str], wa
         raise WorkloadError(f"--jobs must be at least 1, got {jobs}")
     if warmup < 0:
         raise WorkloadError(f"--warmup must not be negative, got {warmup}")
-    bad = [p for p in priorities if p not in PRIORITIES]
+    bad = [p for p in priorities if p not in PRIORITY_NAMES]
     if bad or not priorities:
-        raise WorkloadError(f"unknown priority {', '.join(bad) or '(none)'}; use {', '.join(PRIORITIES)}")
-    planned = [PlannedJob(i, c, "normal", True) for i, c in enumerate(c for _ in range(warmup) for c in circuits)]
+        raise WorkloadError(f"unknown priority {', '.join(bad) or '(none)'}; use {', '.join(PRIORITY_NAMES)}")
+    planned = [PlannedJob(i, c, DEFAULT_PRIORITY, True) for i, c in enumerate(c for _ in range(warmup) for c in circuits)]
     for i in range(jobs):
         circuit = circuits[i % len(circuits)]
         priority = priorities[(i // len(circuits)) % len(priorities)]

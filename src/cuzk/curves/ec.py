@@ -29,9 +29,6 @@ class WeierstrassGroup:
         x, y = P
         return F.eq(F.sqr(y), F.add(F.mul(F.sqr(x), x), self.b))
 
-    def in_subgroup(self, P: Point) -> bool:
-        return self.is_on_curve(P) and self.mul(P, self.order) is None
-
     def neg(self, P: Point) -> Point:
         if P is None:
             return None

@@ -5,7 +5,7 @@ working sets, load transients) holds a ``Reservation``. The budget never over-co
 a request that does not fit waits.
 
 How waiting works, and why it cannot lose a wake-up or starve a large request:
-- Waiters form one FIFO queue shared by threads and asyncio tasks. A new request that fits
+- Waiters form one FIFO queue shared by all threads. A new request that fits
   is granted at once only when nobody is queued; otherwise it queues behind the others, so a
   stream of small requests cannot overtake a large one.
 - Grants are *handed off*: whoever frees memory (a release, a raised effective limit, a
@@ -18,7 +18,6 @@ How waiting works, and why it cannot lose a wake-up or starve a large request:
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import logging
 import threading
@@ -103,11 +102,6 @@ class _Waiter:
         self.reservation: Reservation | None = None
         self.wake = wake
         self.since = time.monotonic()
-
-
-def _resolve_future(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class MemoryBudget:
@@ -196,28 +190,6 @@ class MemoryBudget:
         try:
             event.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
         except BaseException:
-            self._give_up(waiter)
-            raise
-        return self._take_grant(waiter, nbytes, category, label, timeout)
-
-    async def acquire_async(self, nbytes: int, category: str, timeout: float | None = None, label: str = "") -> Reservation:
-        """``acquire`` for asyncio: waits without blocking the loop; cancelling the task gives the place up."""
-        deadline = self._deadline(timeout)
-        reservation = self._grant_or_evict(nbytes, category, label)
-        if reservation is not None:
-            return reservation
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        waiter = self._enqueue_or_grant(nbytes, category, label, lambda: loop.call_soon_threadsafe(_resolve_future, future))
-        if isinstance(waiter, Reservation):
-            return waiter
-        when = None if deadline is None else loop.time() + max(0.0, deadline - time.monotonic())
-        try:
-            async with asyncio.timeout_at(when):
-                await future
-        except TimeoutError:
-            pass  # a grant that raced the timeout is still taken below
-        except BaseException:  # cancelled: give up the place in the queue, or the grant if it came
             self._give_up(waiter)
             raise
         return self._take_grant(waiter, nbytes, category, label, timeout)

@@ -102,9 +102,6 @@ class ChildCgroup:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def add_pid(self, pid: int) -> None:
-        _write(self.directory / "cgroup.procs", str(pid))
-
     def popen(self, args: list[str], **kwargs) -> subprocess.Popen:
         """Start ``args`` already inside this cgroup (no allocation happens outside it)."""
         return subprocess.Popen(["/bin/sh", "-c", _ENTER_AND_EXEC, str(self.directory / "cgroup.procs"), *args], **kwargs)

@@ -17,9 +17,13 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..engine.jobs import JobState, Priority
 from ..memory.units import format_size
+
+if TYPE_CHECKING:
+    from ..client import ProofResult
 
 
 # -- the daemon ---------------------------------------------------------------------------------
@@ -62,26 +66,29 @@ def _client(args: argparse.Namespace):
     return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None)
 
 
-def _add_client_options(p: argparse.ArgumentParser, daemon_required: bool = False) -> None:
-    p.add_argument("--daemon", metavar="ADDR", required=daemon_required,
-                   help="daemon address: unix:PATH, a socket path, or HOST:PORT (default: $CUZK_DAEMON, else the config)")
+def _add_client_options(p: argparse.ArgumentParser,
+                        daemon_help: str = "daemon address: unix:PATH, a socket path, or HOST:PORT "
+                                           "(default: $CUZK_DAEMON, else the config)") -> None:
+    p.add_argument("--daemon", metavar="ADDR", help=daemon_help)
     p.add_argument("--token", help="bearer token for a TCP address (default: $CUZK_TOKEN, else the config)")
     p.add_argument("--tls-ca", metavar="PEM", help="connect to a TCP address over TLS, trusting these CA certificates "
                                                    "(the daemon's own certificate when self-signed; default: $CUZK_TLS_CA)")
     p.add_argument("--config", help="config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml)")
 
 
-def prove_with_daemon(args: argparse.Namespace) -> int:
+def _add_priority_option(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    p.add_argument("--priority", default=Priority.NORMAL.name.lower(), choices=[level.name.lower() for level in Priority],
+                   type=str.lower, help=help_text)
+
+
+def prove_with_daemon(args: argparse.Namespace) -> ProofResult:
     """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>``; the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
     with _client(args) as client:  # a local daemon reads the witness file itself
         result = client.prove(args.zkey, Path(args.wtns), priority=args.priority, timeout=args.timeout)
     result.write(args.proof, args.public)
-    if args.verbose:
-        parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in result.timings.items())
-        print(f"[daemon {result.job_id}] {parts}", file=sys.stderr)
-    return 0
+    return result
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
@@ -240,7 +247,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("submit", help="queue a proof on the daemon; prints the job id")
     p.add_argument("key", help="a key name registered with the daemon, or a .zkey path")
     p.add_argument("wtns")
-    p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower)
+    _add_priority_option(p)
     p.add_argument("--request-id", help="idempotency key: submitting it again returns the same job")
     _add_client_options(p)
     p.set_defaults(func=_cmd_submit)
@@ -271,7 +278,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_keys)
 
     p = sub.add_parser("jobs", help="list the daemon's jobs, newest first")
-    p.add_argument("--state", action="append", choices=["queued", "synthesizing", "proving", "done", "failed", "cancelled"])
+    p.add_argument("--state", action="append", choices=[s.value for s in JobState])
     p.add_argument("--limit", type=int, default=50)
     _add_client_options(p)
     p.set_defaults(func=_cmd_jobs)
@@ -286,10 +293,6 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
 
 def add_daemon_prove_options(p: argparse.ArgumentParser) -> None:
     """The options ``cuzk prove`` gains for proving on a daemon."""
-    p.add_argument("--daemon", metavar="ADDR", help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
-    p.add_argument("--token", help="bearer token for a TCP daemon (default: $CUZK_TOKEN, else the config)")
-    p.add_argument("--config", help="config file to find the token in")
-    p.add_argument("--tls-ca", metavar="PEM", help="with a TCP --daemon: TLS, trusting these CA certificates (default: $CUZK_TLS_CA)")
-    p.add_argument("--priority", default="normal", choices=["low", "normal", "high", "critical"], type=str.lower,
-                   help="with --daemon: the job's priority")
+    _add_client_options(p, daemon_help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
+    _add_priority_option(p, help_text="with --daemon: the job's priority")
     p.add_argument("--timeout", type=float, help="with --daemon: seconds to wait for the proof")

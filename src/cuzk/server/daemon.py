@@ -31,7 +31,7 @@ from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
 from .auth import BearerTokenInterceptor
 from .http import StatusHttpServer
 from .metrics import DaemonMetrics
-from .proto import cuzk_pb2_grpc as pb_grpc
+from ..proto import cuzk_pb2_grpc as pb_grpc
 from .service import CuzkService
 
 log = logging.getLogger("cuzk.daemon")

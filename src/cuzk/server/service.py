@@ -19,13 +19,13 @@ from typing import Any
 
 import grpc
 
-from ..engine.jobs import JobRecord, JobState, UnknownJobError
-from ..engine.journal import RequestIdConflict
 from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
+from ..engine.jobs import JobRecord, UnknownJobError
+from ..engine.journal import RequestIdConflict
 from ..keys.manager import KeyInUseError, UnknownKeyError
-from .proto import WITNESS_PATH_REFUSED
-from .proto import cuzk_pb2 as pb
-from .proto import cuzk_pb2_grpc as pb_grpc
+from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
+from ..proto import cuzk_pb2 as pb
+from ..proto import cuzk_pb2_grpc as pb_grpc
 
 log = logging.getLogger("cuzk.server")
 
@@ -67,17 +67,9 @@ def _rpc(method: Callable) -> Callable:
     return wrapper
 
 
-def _priority(value: int) -> str:
-    return "NORMAL" if value == pb.PRIORITY_UNSPECIFIED else pb.Priority.Name(value).removeprefix("PRIORITY_")
-
-
-def _state(state: JobState) -> int:
-    return pb.JobState.Value("JOB_STATE_" + state.name)
-
-
 def proof_result(record: JobRecord) -> pb.ProofResult:
     return pb.ProofResult(
-        job_id=record.job_id, state=_state(record.state), circuit=record.circuit, request_id=record.request_id or "",
+        job_id=record.job_id, state=state_to_pb(record.state), circuit=record.circuit, request_id=record.request_id or "",
         proof_json=json.dumps(record.proof) if record.proof is not None else "",
         public_signals=record.public_signals or [], error=record.error or "", timings=record.timings)
 
@@ -143,7 +135,7 @@ class CuzkService(pb_grpc.CuzkServicer):
                 raise ValueError("the request carries no witness (.wtns bytes or witness_path)")
         started = time.time()
         try:
-            job_id = self.engine.submit(circuit, witness, _priority(request.priority), request.request_id or None,
+            job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None,
                                         witness_identity=identity)
         except WitnessFileError as exc:
             raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
@@ -185,15 +177,14 @@ class CuzkService(pb_grpc.CuzkServicer):
     @_rpc
     def CancelProof(self, request, context):
         cancelled = self.engine.cancel(request.job_id)
-        return pb.CancelProofResponse(cancelled=cancelled, state=_state(self.engine.get(request.job_id).state))
+        return pb.CancelProofResponse(cancelled=cancelled, state=state_to_pb(self.engine.get(request.job_id).state))
 
     @_rpc
     def ListJobs(self, request, context):
-        states = [JobState[pb.JobState.Name(s).removeprefix("JOB_STATE_")] for s in request.states
-                  if s != pb.JOB_STATE_UNSPECIFIED] or None
+        states = [state_from_pb(s) for s in request.states if s != pb.JOB_STATE_UNSPECIFIED] or None
         records = self.engine.list_jobs(states=states, limit=request.limit or 1_000_000)
         return pb.ListJobsResponse(jobs=[pb.JobInfo(
-            job_id=r.job_id, circuit=r.circuit, priority=pb.Priority.Value("PRIORITY_" + r.priority.name), state=_state(r.state),
+            job_id=r.job_id, circuit=r.circuit, priority=priority_to_pb(r.priority), state=state_to_pb(r.state),
             submitted_at=r.submitted_at, started_at=r.started_at or 0.0, finished_at=r.finished_at or 0.0,
             error=r.error or "", request_id=r.request_id or "", attempts=r.attempts) for r in records])
 

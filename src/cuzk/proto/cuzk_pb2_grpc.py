@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from cuzk.server.proto import cuzk_pb2 as cuzk_dot_server_dot_proto_dot_cuzk__pb2
+from cuzk.proto import cuzk_pb2 as cuzk_dot_proto_dot_cuzk__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in cuzk/server/proto/cuzk_pb2_grpc.py depends on'
+        + ' but the generated code in cuzk/proto/cuzk_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class CuzkStub:
         """
         self.SubmitProof = channel.unary_unary(
                 '/cuzk.v1.Cuzk/SubmitProof',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.SubmitProofRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.SubmitProofResponse.FromString,
                 _registered_method=True)
         self.AwaitProof = channel.unary_unary(
                 '/cuzk.v1.Cuzk/AwaitProof',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.AwaitProofRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.AwaitProofRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
                 _registered_method=True)
         self.Prove = channel.unary_unary(
                 '/cuzk.v1.Cuzk/Prove',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProveRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.ProveRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
                 _registered_method=True)
         self.CancelProof = channel.unary_unary(
                 '/cuzk.v1.Cuzk/CancelProof',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.CancelProofRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.CancelProofResponse.FromString,
                 _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/cuzk.v1.Cuzk/GetStatus',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
         self.GetMetrics = channel.unary_unary(
                 '/cuzk.v1.Cuzk/GetMetrics',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.GetMetricsRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.GetMetricsResponse.FromString,
                 _registered_method=True)
         self.PreloadKey = channel.unary_unary(
                 '/cuzk.v1.Cuzk/PreloadKey',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
                 _registered_method=True)
         self.EvictKey = channel.unary_unary(
                 '/cuzk.v1.Cuzk/EvictKey',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
                 _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/cuzk.v1.Cuzk/ListJobs',
-                request_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsRequest.SerializeToString,
-                response_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsResponse.FromString,
+                request_serializer=cuzk_dot_proto_dot_cuzk__pb2.ListJobsRequest.SerializeToString,
+                response_deserializer=cuzk_dot_proto_dot_cuzk__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
 
 
@@ -143,48 +143,48 @@ def add_CuzkServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SubmitProof': grpc.unary_unary_rpc_method_handler(
                     servicer.SubmitProof,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.SubmitProofRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.SubmitProofResponse.SerializeToString,
             ),
             'AwaitProof': grpc.unary_unary_rpc_method_handler(
                     servicer.AwaitProof,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.AwaitProofRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.AwaitProofRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.ProofResult.SerializeToString,
             ),
             'Prove': grpc.unary_unary_rpc_method_handler(
                     servicer.Prove,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProveRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.ProveRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.ProofResult.SerializeToString,
             ),
             'CancelProof': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelProof,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.CancelProofRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.CancelProofResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.GetStatusRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.GetStatusResponse.SerializeToString,
             ),
             'GetMetrics': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMetrics,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.GetMetricsRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.GetMetricsResponse.SerializeToString,
             ),
             'PreloadKey': grpc.unary_unary_rpc_method_handler(
                     servicer.PreloadKey,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.SerializeToString,
             ),
             'EvictKey': grpc.unary_unary_rpc_method_handler(
                     servicer.EvictKey,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
-                    request_deserializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsRequest.FromString,
-                    response_serializer=cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsResponse.SerializeToString,
+                    request_deserializer=cuzk_dot_proto_dot_cuzk__pb2.ListJobsRequest.FromString,
+                    response_serializer=cuzk_dot_proto_dot_cuzk__pb2.ListJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -212,8 +212,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/SubmitProof',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.SubmitProofResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.SubmitProofRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.SubmitProofResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -239,8 +239,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/AwaitProof',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.AwaitProofRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.AwaitProofRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
             options,
             channel_credentials,
             insecure,
@@ -266,8 +266,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/Prove',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProveRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.ProveRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.ProofResult.FromString,
             options,
             channel_credentials,
             insecure,
@@ -293,8 +293,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/CancelProof',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.CancelProofResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.CancelProofRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.CancelProofResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -320,8 +320,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/GetStatus',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetStatusResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.GetStatusRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.GetStatusResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -347,8 +347,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/GetMetrics',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.GetMetricsResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.GetMetricsRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.GetMetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -374,8 +374,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/PreloadKey',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -401,8 +401,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/EvictKey',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.KeyRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.KeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -428,8 +428,8 @@ class Cuzk:
             request,
             target,
             '/cuzk.v1.Cuzk/ListJobs',
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsRequest.SerializeToString,
-            cuzk_dot_server_dot_proto_dot_cuzk__pb2.ListJobsResponse.FromString,
+            cuzk_dot_proto_dot_cuzk__pb2.ListJobsRequest.SerializeToString,
+            cuzk_dot_proto_dot_cuzk__pb2.ListJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,
