@@ -1,7 +1,7 @@
 """The VRAM tier: a key's MSM bases resident on one device, kept across proofs.
 
-One ``DeviceKeys`` per device (per proving backend that can hold bases: ``upload_key`` and a
-``vram`` budget, i.e. the CUDA backend). ``acquire(name, zkey)`` returns a lease whose
+One ``DeviceKeys`` per device (per proving backend with memory of its own: a
+``backends.base.DeviceBackend``, i.e. the CUDA backend). ``acquire(name, zkey)`` returns a lease whose
 ``zkey`` is the host key with its A, B1, B2, C, H bases replaced by resident ``DeviceBases``
 when the device's VRAM budget allows — uploaded on the first use, reused after — and the
 host key itself otherwise, so an MSM whose bases do not fit runs in chunks from host memory
@@ -26,8 +26,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..backends.cuda.backend import KEY_BASES
-from ..formats.zkey import ZKey, ZKeyHeader
+from ..backends.base import DeviceBackend
+from ..formats.zkey import KEY_BASES, ZKey, ZKeyHeader
 from ..memory.units import format_size
 from ..prover.groth16 import device_vector_bytes
 
@@ -40,7 +40,7 @@ def bases_bytes(header: ZKeyHeader) -> int:
     return sum(sizes[name] for name, _ in KEY_BASES)
 
 
-def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
+def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
     """Device bytes one proof needs beside resident bases: its field vectors (the prover's count) and the
     working set of the largest MSM with resident bases."""
     largest = max(header.n_vars, header.domain_size)
@@ -82,7 +82,7 @@ class DeviceKeyLease:
 class DeviceKeys:
     """Keys resident in one device's VRAM (see the module docstring)."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: DeviceBackend):
         self.backend = backend
         self.device = backend.vram.device
         self._lock = threading.Lock()
@@ -204,8 +204,3 @@ class DeviceKeys:
     def resident_names(self) -> list[str]:
         with self._lock:
             return list(self._resident)
-
-
-def can_hold_keys(backend) -> bool:
-    """Whether ``backend`` keeps bases on a device (the CUDA backend); the CPU backend proves from host memory."""
-    return hasattr(backend, "upload_key") and hasattr(backend, "vram")
