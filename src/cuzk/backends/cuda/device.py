@@ -72,7 +72,7 @@ class Upload:
             self._event = None
         if self._staging is not None:
             self._staging.release()
-            self._staging = None
+            self._staging: StagingSource | None = None
         return self._array
 
 
@@ -105,7 +105,7 @@ class CudaDevice:
             vram_budget = VramBudget.from_free_memory(free, device)
         self.vram = vram_budget
         self._lock = threading.Lock()
-        self._staging = None
+        self._staging: StagingSource | None = None
         self._copier: ThreadPoolExecutor | None = None
 
     def attach_staging(self, staging: StagingSource) -> None:
@@ -118,11 +118,13 @@ class CudaDevice:
         return self.xp.ascontiguousarray(a).copy(), False
 
     def device_view(self, a):
+        """``a`` on the device (a copy only of a host array) and whether the caller gave a host array."""
         if isinstance(a, np.ndarray):
             return self.runtime.to_device(np.ascontiguousarray(a)), True
         return self.xp.ascontiguousarray(a), False
 
     def result(self, dev, to_host: bool):
+        """A result where the caller's input was: copied back to the host when it gave a host array."""
         return self.runtime.to_host(dev) if to_host else dev
 
     @on_device
