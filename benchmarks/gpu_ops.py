@@ -29,6 +29,7 @@ import numpy as np
 from cuzk.backends.base import point_rows
 from cuzk.backends.cuda import CudaBackend, window_bits
 from cuzk.backends.cuda.modules import KERNEL_DIR, PREBUILT_ENV, group_source, module_source, prebuild
+from cuzk.backends.cuda.msm import point_words
 from cuzk.curves import BLS12_381, BN254, curve_by_name
 
 GENERATOR_KERNEL = r"""
@@ -166,9 +167,9 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
     budget = whole.msm_working_bytes(curve, group, chunk, buffers=2) + (64 << 20)  # + twiddle/temporary slack
     chunked = CudaBackend(vram_budget=VramBudget(budget, 0))
     fn = chunked.msm_g1 if group == "g1" else chunked.msm_g2
-    out["host_bases_chunks"] = -(-n // chunked.msm_plan(curve, group, n))
+    out["host_bases_chunks"] = -(-n // chunked.msm.plan(curve, group, n))
     for overlap in (False, True):
-        chunked.overlap = overlap
+        chunked.msm.overlap = overlap
         label = "overlap" if overlap else "serial"
         out[f"ms_host_bases_{label}"] = host_time(lambda: fn(curve, pinned, scalars), 3)
         out[f"ok_host_bases_{label}"] = (curve.G1 if group == "g1" else curve.G2).eq(fn(curve, pinned, scalars), expected)
@@ -186,7 +187,7 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     a, b = (int(x) for x in rng.integers(1, 2**62, size=2))
     A, B = G.mul(G.generator, a), G.mul(G.generator, b)
     module = backend.runtime.compile(group_source(curve, group, GENERATOR_KERNEL))
-    words = 2 * curve.Fq.limbs32 * (2 if group == "g2" else 1)
+    words = point_words(curve, group)
     t = time.perf_counter()
     bases = cupy.empty((n, words), dtype=np.uint32)
     backend.runtime.launch(module, "bench_progression", -(-n // 64 // 128), 128,
@@ -221,10 +222,10 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     row["ok_sparse"] = G.eq(got_sparse, G.mul(G.generator, (a * s1 + b * s0) % curve.r))
     if host_bases_chunks:
         row.update(bench_host_bases(curve, group, cupy.asnumpy(bases).reshape(shape), scalars, host_bases_chunks, fn(curve, resident, scalars)))
-    backend.phase_log = []
+    backend.msm.phase_log = []
     fn(curve, resident, scalars)
-    row["phases_ms"] = {label: round(ms, 3) for label, ms in backend.phase_log}
-    backend.phase_log = None
+    row["phases_ms"] = {label: round(ms, 3) for label, ms in backend.msm.phase_log}
+    backend.msm.phase_log = None
     if cpu is not None and log_n <= cpu_max_log:
         host_bases = cupy.asnumpy(bases).reshape(shape)
         cpu_fn = cpu.msm_g1 if group == "g1" else cpu.msm_g2

@@ -108,6 +108,23 @@ def test_pool_waits_for_room_and_times_out_cleanly():
         pool.get(1)
 
 
+def test_try_get_lends_a_buffer_only_when_the_budget_has_room_now():
+    """A device's staging source: the proving thread asking may be what frees the memory, so it never waits."""
+    budget = MemoryBudget(16 * MiB)
+    pool = PinnedPool(budget, PageAlignedAllocator())
+    held = pool.try_get(12 * MiB, label="staging")
+    assert held is not None and held.nbytes == 12 * MiB
+    assert pool.try_get(8 * MiB) is None  # no room now (AcquireTimeout at once)
+    assert pool.try_get(32 * MiB) is None  # more than the whole budget (BudgetExceededError)
+    assert pool.stats()["in_use_bytes"] == budget.reserved_bytes == 12 * MiB
+    held.release()
+    again = pool.try_get(8 * MiB)  # the idle buffer is trimmed for it
+    assert again is not None and budget.reserved_bytes == 8 * MiB
+    again.release()
+    pool.close()
+    assert budget.reserved_bytes == 0
+
+
 def test_a_job_draws_buffers_from_its_own_reservation():
     budget = MemoryBudget(64 * MiB)
     pool = PinnedPool(budget, PageAlignedAllocator())

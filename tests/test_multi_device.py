@@ -157,7 +157,7 @@ def test_an_msm_working_set_evicts_idle_resident_keys(circuits):
     keys.acquire("two", zkey).release()
     short = bases_bytes(zkey) // 2  # the MSM fits only once the key's bases are gone
     backend.vram.reserve(backend.vram.available_bytes - (whole_msm - short), "another tenant")
-    assert backend.msm_plan(BN254, "g1", zkey.n_vars) == zkey.n_vars  # whole, after evicting the idle key
+    assert backend.msm.plan(BN254, "g1", zkey.n_vars) == zkey.n_vars  # whole, after evicting the idle key
     assert keys.resident_names() == [] and keys.evictions == 1
 
 
@@ -204,12 +204,12 @@ def test_key_manager_lists_residency_per_device_and_drops_it_on_reregistration(c
 
 # ---------------------------------------------------------------- staged, overlapped copies
 class PoolStaging:
-    """The engine's staging source, minus its never-wait rule: every copy here goes through the pool."""
+    """The pinned pool as a staging source, minus its never-wait rule: every copy here goes through the pool."""
 
     def __init__(self, pool: PinnedPool):
         self.pool = pool
 
-    def get(self, nbytes: int, label: str = ""):
+    def try_get(self, nbytes: int, label: str = ""):
         return self.pool.get(nbytes, label=label)
 
 
@@ -226,8 +226,9 @@ def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, o
     pool = PinnedPool(budget, PageAlignedAllocator())
     backend = CudaBackend(runtime=HostRuntime(), min_msm_chunk=8,
                           vram_budget=VramBudget(reference.msm_working_bytes(BN254, "g1", 16, buffers=2)))
-    backend.staging, backend.overlap = PoolStaging(pool), overlap
-    assert backend.msm_plan(BN254, "g1", n) < n // 2  # several chunks
+    backend.attach_staging(PoolStaging(pool))
+    backend.msm.overlap = overlap
+    assert backend.msm.plan(BN254, "g1", n) < n // 2  # several chunks
     assert backend.msm_g1(BN254, zkey.a, scalars) == want
     stats = pool.stats()
     assert stats["in_use_buffers"] == 0 and stats["misses"] >= 1  # every staging buffer went back to the pool
@@ -258,7 +259,7 @@ def test_a_proof_stopped_early_gives_back_its_staging_buffers_and_vram(circuits)
     zkey = read_zkey(circuits["one"][0])
     backend = emulated(0)
     pool = PinnedPool(MemoryBudget(64 * MiB), PageAlignedAllocator())
-    backend.staging = PoolStaging(pool)
+    backend.attach_staging(PoolStaging(pool))
     witness = read_wtns(circuits["one"][1])
     prove_synthesized(backend, zkey, synthesize_witness(zkey, witness))
     tables = backend.vram.reserved_bytes  # after a whole proof only the cached NTT tables stay reserved
@@ -480,7 +481,7 @@ def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
     resident = backend.upload_bases(BN254, "g1", zkey.a)
     want = backend.msm_g1(BN254, resident, scalars)
     small = CudaBackend(min_msm_chunk=8, vram_budget=VramBudget(backend.msm_working_bytes(BN254, "g1", 16, buffers=2), 0))
-    assert small.msm_plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
+    assert small.msm.plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
     assert small.msm_g1(BN254, zkey.a, scalars) == want
     resident.free()
 

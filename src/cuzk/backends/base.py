@@ -10,17 +10,26 @@ without copying):
   (x.c0, x.c1, y.c0, y.c1); an all-zero point is the point at infinity.
 MSM results come back as reference affine points (``curves.ec`` tuples, ``None`` for
 infinity), so the prover and the tests compare them directly with the oracle.
+
+A ``DeviceBackend`` (CUDA) also has memory of its own: the prover keeps its vectors there,
+the key manager's VRAM tier keeps keys' bases resident there, and the engine gives it pinned
+staging buffers and asks it which failures are the device's. The CPU backend is a plain
+``Backend``: callers ask ``is_device_backend`` rather than probing for attributes.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_to_bytes, g2_to_bytes
+
+if TYPE_CHECKING:
+    from ..memory.pinned import PinnedBuffer
+    from .cuda.vram import VramBudget, VramReservation
 
 
 @runtime_checkable
@@ -43,6 +52,68 @@ class Backend(Protocol):
     # Multi-scalar multiplication ---------------------------------------------------
     def msm_g1(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
     def msm_g2(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
+
+
+class StagingSource(Protocol):
+    """Page-locked host buffers for a device's copies (``memory.pinned.PinnedPool`` is one)."""
+
+    def try_get(self, nbytes: int, label: str = "") -> PinnedBuffer | None:
+        """A pinned buffer of at least ``nbytes`` when the budget has room now, else None: never waits, since the
+        thread asking (a proving thread) may be what frees the memory. Its ``array`` is the bytes; ``release()``
+        gives it back."""
+        ...
+
+
+@runtime_checkable
+class DeviceBackend(Backend, Protocol):
+    """A backend with memory of its own (CUDA): vectors, resident key bases and MSM working sets live in its VRAM.
+
+    Its Fr/NTT/MSM methods also take and give device arrays (see ``to_device``), and take a key
+    from ``upload_key`` in place of the host key.
+    """
+
+    device: int  # CUDA ordinal
+    vram: VramBudget  # its VRAM budget (keys.device registers as its evictor)
+
+    def is_device_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is a failure of the device or its driver (self-test the device), not of the job's input."""
+        ...
+
+    def attach_staging(self, staging: StagingSource) -> None:
+        """Lend it pinned buffers for its host→device copies, so they overlap kernels (without: synchronous copies)."""
+        ...
+
+    def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
+        """``nbytes`` of its VRAM budget (idle resident keys evicted for them), or None when they do not fit."""
+        ...
+
+    def to_device(self, a):
+        """A device copy of ``a`` (host or device array), for a caller that keeps its vectors there across calls."""
+        ...
+
+    def upload_in_background(self, a):
+        """Start copying host array ``a`` to the device off the calling thread; ``result()`` gives the device array
+        (call it even when the array is not needed any more: it hands the staging buffer back)."""
+        ...
+
+    def upload_key(self, zkey):
+        """A copy of ``zkey`` whose MSM bases (``formats.zkey.KEY_BASES``) are resident in VRAM; all or nothing
+        (raises a MemoryError when they do not fit). Give them back with ``free_key``."""
+        ...
+
+    def free_key(self, key) -> None:
+        """Give back the VRAM of a key from ``upload_key``."""
+        ...
+
+    def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
+        """Upper bound of an n-point MSM's device working set; ``buffers`` chunks of bases in flight when they are
+        not ``resident`` (2 while the next chunk's upload overlaps this one)."""
+        ...
+
+
+def is_device_backend(backend) -> bool:
+    """Whether ``backend`` has memory of its own (a ``DeviceBackend``: CUDA); the CPU backend proves from host memory."""
+    return isinstance(backend, DeviceBackend)
 
 
 def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:

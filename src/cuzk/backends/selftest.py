@@ -14,7 +14,7 @@ import numpy as np
 from ..curves import BN254, Curve
 from ..curves.ec import Point
 from ..formats.limbs import ints_to_limbs
-from .base import point_rows
+from .base import Backend, point_rows
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def _make_self_test_case(curve: Curve) -> _SelfTestCase:
         msm=G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % r))
 
 
-def device_self_test(backend, curve: Curve = BN254) -> str | None:
+def device_self_test(backend: Backend, curve: Curve = BN254) -> str | None:
     """Run a tiny NTT and G1 MSM on ``backend``; None when both equal the reference, else what went wrong.
 
     After a CUDA error this tells a sick device from a job whose input trips a kernel bug. A

@@ -77,10 +77,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from ..backends.base import is_device_backend
 from ..formats.wtns import read_wtns
-from ..keys.device import can_hold_keys
 from ..keys.manager import KeyManager, KeyTier
-from ..memory.budget import AcquireTimeout, BudgetExceededError, MemoryBudget
+from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
@@ -99,23 +99,6 @@ from .tracker import EngineStopped, JobTracker, LiveJob
 from .workers import DeviceErrorPolicy, DeviceWorker, Finisher, Stages, SynthesisWorker, WorkerState, spawn
 
 log = logging.getLogger("cuzk.engine")
-
-
-class _StagingBuffers:
-    """The backends' staging source over the pinned pool: a buffer only when the budget has room now.
-
-    A device worker must never wait for memory (it may be what frees it), so a copy that gets
-    no buffer simply runs synchronously from pageable memory.
-    """
-
-    def __init__(self, pool: PinnedPool):
-        self.pool = pool
-
-    def get(self, nbytes: int, label: str = ""):
-        try:
-            return self.pool.get(nbytes, timeout=0, label=label)
-        except (AcquireTimeout, BudgetExceededError):
-            return None
 
 
 class Engine:
@@ -137,7 +120,7 @@ class Engine:
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
             self.backends = backends if backends is not None else self._make_backends()
-            on_device = any(can_hold_keys(b) for b in self.backends)
+            on_device = any(is_device_backend(b) for b in self.backends)
             # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
                                    default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator())
@@ -201,12 +184,12 @@ class Engine:
     def _attach_devices(self) -> None:
         """Give every device backend its VRAM tier in the key manager and the pinned staging pool (charged to
         the host budget)."""
-        devices = [b for b in self.backends if can_hold_keys(b)]
+        devices = [b for b in self.backends if is_device_backend(b)]
         if devices:
             self._pinned = PinnedPool(self.budget, self.keys.allocator)
             for backend in devices:
                 self.keys.add_device(backend)
-                backend.staging = _StagingBuffers(self._pinned)
+                backend.attach_staging(self._pinned)  # a device worker never waits for a buffer: try_get
 
     def _register_saved_keys(self) -> None:
         wanted = dict(self.journal.saved_keys())
@@ -253,8 +236,8 @@ class Engine:
         return self
 
     def _worker(self, name: str, kind: str, backend=None) -> WorkerState:
-        vram = getattr(backend, "vram", None)
-        state = WorkerState(name, kind, backend=getattr(backend, "name", None), device=getattr(vram, "device", None))
+        device = backend.device if is_device_backend(backend) else None
+        state = WorkerState(name, kind, backend=getattr(backend, "name", None), device=device)
         self._workers.append(state)
         return state
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ..backends.cuda.modules import is_device_error
+from ..backends.base import is_device_backend
 from ..backends.selftest import device_self_test
 from ..curves import BN254
 from ..formats.json_io import proof_to_json
@@ -201,7 +201,7 @@ class DeviceWorker:
                 proof = self._prove(job)
             except BaseException as exc:  # noqa: BLE001
                 self.state.update(job=None)
-                if not is_device_error(exc):
+                if not (is_device_backend(self.backend) and self.backend.is_device_error(exc)):
                     self.tracker.end_with(job, exc)
                 elif not self.device_errors.handle(self.state, self.backend, job, exc):
                     return  # the device failed its self-test: this worker stops for good

@@ -164,6 +164,9 @@ class ZKey(ZKeyHeader):
         return [g1_from_bytes(self.curve, row.tobytes()) for row in self.ic]
 
 
+KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))  # ZKey's MSM bases and their groups
+
+
 # reading --------------------------------------------------------------------------------
 def read_zkey_header(path: str | os.PathLike) -> ZKeyHeader:
     """Read and validate the header, the section table and the section sizes; no big payload is touched."""

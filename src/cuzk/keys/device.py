@@ -1,7 +1,7 @@
 """The VRAM tier: a key's MSM bases resident on one device, kept across proofs.
 
-One ``DeviceKeys`` per device (per proving backend that can hold bases: ``upload_key`` and a
-``vram`` budget, i.e. the CUDA backend). ``acquire(name, zkey)`` returns a lease whose
+One ``DeviceKeys`` per device (per proving backend with memory of its own: a
+``backends.base.DeviceBackend``, i.e. the CUDA backend). ``acquire(name, zkey)`` returns a lease whose
 ``zkey`` is the host key with its A, B1, B2, C, H bases replaced by resident ``DeviceBases``
 when the device's VRAM budget allows — uploaded on the first use, reused after — and the
 host key itself otherwise, so an MSM whose bases do not fit runs in chunks from host memory
@@ -26,6 +26,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ..backends.base import DeviceBackend
 from ..formats.zkey import ZKey
 from ..memory.units import format_size
 from ..prover.sizing import bases_bytes, proof_vram_bytes
@@ -68,7 +69,7 @@ class DeviceKeyLease:
 class DeviceKeys:
     """Keys resident in one device's VRAM (see the module docstring)."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: DeviceBackend):
         self.backend = backend
         self.device = backend.vram.device
         self._lock = threading.Lock()
@@ -190,8 +191,3 @@ class DeviceKeys:
     def resident_names(self) -> list[str]:
         with self._lock:
             return list(self._resident)
-
-
-def can_hold_keys(backend) -> bool:
-    """Whether ``backend`` keeps bases on a device (the CUDA backend); the CPU backend proves from host memory."""
-    return hasattr(backend, "upload_key") and hasattr(backend, "vram")

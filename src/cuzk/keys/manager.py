@@ -65,6 +65,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends.base import Backend, DeviceBackend, is_device_backend
 from ..backends.cpu.synth import row_order_bytes
 from ..formats import zkey as zkey_format
 from ..formats.binfile import BinFile
@@ -72,7 +73,7 @@ from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
-from .device import DeviceKeyLease, DeviceKeys, can_hold_keys
+from .device import DeviceKeyLease, DeviceKeys
 
 log = logging.getLogger(__name__)
 
@@ -373,14 +374,14 @@ class KeyManager:
         done.set()
         return lease
 
-    def on_device(self, lease: KeyLease, backend) -> DeviceKeyLease:
+    def on_device(self, lease: KeyLease, backend: Backend) -> DeviceKeyLease:
         """The leased key for proving on ``backend``: bases resident in its VRAM when they fit (uploaded on first
         use), else the host key. Release the result when the proof is done (before the host lease)."""
-        if not can_hold_keys(backend):
+        if not is_device_backend(backend):
             return DeviceKeyLease(None, None, lease.zkey)
         return self.add_device(backend).acquire(lease.name, lease.zkey)
 
-    def add_device(self, backend) -> DeviceKeys:
+    def add_device(self, backend: DeviceBackend) -> DeviceKeys:
         """The VRAM tier of ``backend``'s device (made on first use; the engine adds its devices up front so
         that status lists them before any job)."""
         with self._lock:

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import numpy as np
 
-from .budget import MemoryBudget, Reservation
+from .budget import AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
 from .units import MiB, format_size
 
 log = logging.getLogger(__name__)
@@ -201,6 +201,14 @@ class PinnedPool:
         with self._lock:
             self._lend_locked(buffer)
         return buffer
+
+    def try_get(self, nbytes: int, label: str = "") -> PinnedBuffer | None:
+        """A buffer as ``get`` gives it when the budget has room now, else None (never waits): a device's staging
+        source (``backends.base.StagingSource``), whose proving thread may be what would free the memory."""
+        try:
+            return self.get(nbytes, timeout=0, label=label)
+        except (AcquireTimeout, BudgetExceededError):
+            return None
 
     def trim(self, nbytes_needed: int | None = None) -> int:
         """Free idle buffers, least recently returned first, until ``nbytes_needed`` (default: all) are freed.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.base import Backend, point_rows
+from ..backends.base import Backend, is_device_backend, point_rows
 from ..backends.cpu import CpuBackend
 from ..backends.cpu.synth import evaluate_ab
 from ..curves import Curve
@@ -152,8 +152,7 @@ def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray):
     are copied once and stay there, and the witness's upload started (staged and copied on the backend's
     copy thread while the NTTs run); yields that upload. Yields None on the CPU backend, or when the
     vectors do not fit (each operation then copies its own inputs)."""
-    try_reserve = getattr(backend, "try_reserve", None)
-    reservation = try_reserve(device_vector_bytes(zkey), "proof vectors") if try_reserve is not None else None
+    reservation = backend.try_reserve(device_vector_bytes(zkey), "proof vectors") if is_device_backend(backend) else None
     if reservation is None:
         yield None
         return

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numba
 
-from ..backends.cuda.backend import KEY_BASES
-from ..formats.zkey import ZKeyHeader
+from ..backends.base import DeviceBackend
+from ..formats.zkey import KEY_BASES, ZKeyHeader
 
 ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
 # CPU Pippenger bounds (backends/cpu/msm.py): points one task sorts, and buckets of a window.
@@ -107,7 +107,7 @@ def bases_bytes(header: ZKeyHeader) -> int:
     return sum(sizes[name] for name, _ in KEY_BASES)
 
 
-def proof_vram_bytes(header: ZKeyHeader, backend) -> int:
+def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
     """Device bytes one proof needs beside resident bases: its field vectors and the working set of the largest
     MSM with resident bases (the MSM's own count: its chunk planner needs it too)."""
     largest = max(header.n_vars, header.domain_size)

@@ -1,13 +1,15 @@
 """CUDA backend: NTT and MSM kernels (kernels/*.cu) compiled with CuPy on first use.
 
-``available()`` says whether CuPy finds a device; ``CudaBackend`` is the Backend protocol
+``available()`` says whether CuPy finds a device; ``CudaBackend`` is the DeviceBackend protocol
 on one device. Importing this package needs neither CuPy nor a GPU.
 """
 
 from __future__ import annotations
 
-from .backend import CudaBackend, CudaInputError, ScalarOutOfRangeError, window_bits
+from .backend import CudaBackend
+from .device import CudaInputError
 from .modules import CudaBackendError, HostRuntime, cupy_device_count, is_device_error
+from .msm import ScalarOutOfRangeError, window_bits
 from .vram import DeviceBases, VramBudget, VramExhaustedError
 
 

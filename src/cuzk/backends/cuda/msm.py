@@ -1,0 +1,324 @@
+"""Multi-scalar multiplication on a CUDA device: Pippenger's buckets over msm.cu, in chunks that fit its VRAM.
+
+An MSM sorts the scalars' window digits into buckets (count, scan, scatter), accumulates
+each bucket's bases, then reduces buckets to window sums and windows to one point (Horner).
+Bases are either resident (``upload_bases``, a key's ``upload_key``) or come from the host:
+then an MSM whose working set does not fit the budget runs in chunks, uploading chunk i+1
+into one of two device buffers (on the device's copy thread and stream) while chunk i
+computes from the other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ...curves import Curve
+from ...curves.ec import Point
+from ...formats.zkey import KEY_BASES
+from .device import THREADS, CudaDevice, CudaInputError, Upload, check_vector, grid
+from .vram import DeviceBases, VramExhaustedError
+
+NO_KEY = 0xFFFFFFFF
+SCALAR_LIMBS = 8
+PARTIAL_CHUNK = 8  # entries per thread when re-summing partial bucket sums
+MIN_MSM_CHUNK = 1 << 12
+
+
+class ScalarOutOfRangeError(CudaInputError):
+    def __init__(self, index: int, curve: Curve):
+        super().__init__(f"MSM scalar {index} is not below the {curve.name} scalar field order r")
+        self.index = index
+
+
+def window_bits(n: int, scalar_bits: int) -> int:
+    """Pippenger window c minimising windows·(n mixed adds + 2·2^(c-1) full adds ≈ 1.4 mixed each)."""
+    best, best_cost = 4, math.inf
+    for c in range(4, 23):
+        windows = -(-(scalar_bits + 1) // c)
+        cost = windows * (n + 2.8 * (1 << (c - 1)))
+        if cost < best_cost:
+            best, best_cost = c, cost
+    return best
+
+
+def point_words(curve: Curve, group: str) -> int:
+    """uint32 words of one affine base (x, y) of the group."""
+    return 2 * curve.Fq.limbs32 * (2 if group == "g2" else 1)
+
+
+def check_bases(curve: Curve, group: str, bases) -> int:
+    lq = curve.Fq.limbs32
+    shape = (2, lq) if group == "g1" else (2, 2, lq)
+    if getattr(bases, "dtype", None) != np.uint32 or tuple(bases.shape[1:]) != shape:
+        raise CudaInputError(
+            f"{group.upper()} bases: expected a uint32 array of shape (n, {', '.join(map(str, shape))}), "
+            f"got {getattr(bases, 'dtype', type(bases).__name__)} {getattr(bases, 'shape', '')}"
+        )
+    return int(bases.shape[0])
+
+
+class CudaMsm:
+    """MSMs and resident bases on ``gpu``.
+
+    ``min_chunk`` (the fewest points an MSM chunk may have) is a tuning knob tests lower to
+    reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
+    next chunk off, and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
+    """
+
+    def __init__(self, gpu: CudaDevice, min_chunk: int = MIN_MSM_CHUNK):
+        self.gpu = gpu
+        self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
+        self.min_chunk = max(1, int(min_chunk))
+        self.overlap = True
+        self.phase_log: list[tuple[str, float]] | None = None
+        self._marks: list[tuple[str, object]] = []
+
+    def _phase(self, label: str) -> None:
+        """Record the end of an MSM phase when phase_log is on (costs one event per phase)."""
+        if self.phase_log is not None:
+            if label == "start":
+                self._marks.clear()
+            self._marks.append((label, self.runtime.mark()))
+
+    def _flush_phases(self) -> None:
+        for (_, a), (label, b) in zip(self._marks, self._marks[1:]):
+            self.phase_log.append((label, self.runtime.elapsed_ms(a, b)))
+        self._marks.clear()
+
+    # ---------------------------------------------------------------- resident bases
+    def upload_bases(self, curve: Curve, group: str, bases) -> DeviceBases:
+        """Keep ``bases`` resident in VRAM (raises VramExhaustedError when the budget cannot hold them)."""
+        if group not in ("g1", "g2"):
+            raise CudaInputError(f"group must be 'g1' or 'g2', got {group!r}")
+        n = check_bases(curve, group, bases)
+        words = point_words(curve, group)
+        reservation = self.vram.reserve(n * words * 4, f"{curve.name} {group.upper()} bases ({n} points)")
+        try:
+            if isinstance(bases, np.ndarray):
+                points = self.runtime.to_device(np.ascontiguousarray(bases).reshape(n, words))
+            else:
+                points = self.xp.ascontiguousarray(bases).reshape(n, words)
+        except BaseException:
+            reservation.release()
+            raise
+        return DeviceBases(curve, group, points, reservation)
+
+    def upload_key(self, zkey):
+        """A copy of ``zkey`` whose MSM bases (A, B1, B2, C, H) are resident in VRAM.
+
+        The prover takes it in place of the host key, so repeated proofs of one circuit
+        upload only their witness. All or nothing: on VramExhaustedError nothing stays
+        reserved. Give the memory back with ``free_key``.
+        """
+        uploaded: dict[str, DeviceBases] = {}
+        try:
+            for name, group in KEY_BASES:
+                uploaded[name] = self.upload_bases(zkey.curve, group, getattr(zkey, name))
+        except BaseException:
+            for bases in uploaded.values():
+                bases.free()
+            raise
+        return dataclasses.replace(zkey, **uploaded)
+
+    @staticmethod
+    def free_key(key) -> None:
+        for name, _ in KEY_BASES:
+            bases = getattr(key, name)
+            if isinstance(bases, DeviceBases):
+                bases.free()
+
+    # ---------------------------------------------------------------- sizing
+    def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
+        """Upper bound of an n-point MSM's device working set (window chosen for n); ``buffers`` chunks of
+        bases in flight when they are not resident (2 while the next chunk's upload overlaps this one)."""
+        return self._msm_bytes(curve, group, n, window_bits(n, curve.r.bit_length()), resident, buffers)
+
+    def _msm_bytes(self, curve: Curve, group: str, n: int, c: int, resident: bool, buffers: int = 1) -> int:
+        windows = -(-(curve.r.bit_length() + 1) // c)
+        point_bytes = point_words(curve, group) * 4
+        sum_bytes = 2 * point_bytes
+        per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // PARTIAL_CHUNK
+        per_point += 0 if resident else buffers * point_bytes
+        return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
+
+    def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> int:
+        """Points per chunk for an MSM of ``n`` points within the VRAM budget left.
+
+        Asks the budget's evictors (idle resident keys) for room for the whole MSM first; then
+        halves the chunk until its working set (scalars, sorted entries, bucket sums, partial
+        sums, and two chunks of bases unless resident: one computing, one uploading) fits;
+        raises VramExhaustedError when even ``min_chunk`` points do not.
+        """
+        whole = self.working_bytes(curve, group, n, resident)
+        if whole <= self.vram.available_bytes or self.vram.make_room(whole):
+            return n
+        available = self.vram.available_bytes
+        chunk = min(n, (1 << 31) // 32)
+        while True:
+            need = self.working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
+            if need <= available:
+                return chunk
+            if chunk <= min(n, self.min_chunk):
+                raise VramExhaustedError(
+                    f"MSM of {n} {curve.name} {group.upper()} points: {available / 2**20:.2f} MiB of VRAM budget left, "
+                    f"too little for even {chunk} points ({need / 2**20:.2f} MiB)"
+                )
+            chunk = max(min(n, self.min_chunk), chunk // 2)
+
+    # ---------------------------------------------------------------- the MSM
+    def msm(self, curve: Curve, group: str, bases, scalars) -> Point:
+        """Σ scalars[i]·bases[i] of the group ("g1" or "g2"), from resident, host or device bases."""
+        n = check_vector(scalars, SCALAR_LIMBS, "MSM scalars")
+        resident = isinstance(bases, DeviceBases)
+        if resident:
+            if bases.curve is not curve or bases.group != group or bases.points is None:
+                raise CudaInputError(f"resident bases are {bases.curve.name} {bases.group.upper()} (freed: {bases.points is None}), "
+                                     f"not {curve.name} {group.upper()}")
+            n_bases = bases.n
+        else:
+            n_bases = check_bases(curve, group, bases)
+        if n_bases != n:
+            raise CudaInputError(f"MSM has {n_bases} bases but {n} scalars")
+        G = curve.G1 if group == "g1" else curve.G2
+        if n == 0:
+            return None
+        mod = self.runtime.module(curve, f"msm_{group}")
+        chunk = self.plan(curve, group, n, resident)
+        words = point_words(curve, group)
+        chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
+        from_host = isinstance(bases, np.ndarray)
+        buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
+        c_max = window_bits(chunk, curve.r.bit_length())
+
+        total: Point = None
+        with self.vram.reserve(self._msm_bytes(curve, group, chunk, c_max, resident, buffers), "MSM working set"):
+            if from_host:  # a ring of chunk buffers: chunk i+1 uploads into one while chunk i computes from the other
+                ring = [self.runtime.empty((chunk, words), np.uint32) for _ in range(buffers)]
+                free_after = [self.runtime.compute_event()] * buffers  # when each slot's last reader is done
+
+            def fetch(i: int) -> Upload:
+                start, stop = chunks[i]
+                if resident:
+                    return Upload(self.runtime, bases.points[start:stop], None)
+                if not from_host:
+                    return Upload(self.runtime, self.xp.ascontiguousarray(bases[start:stop]).reshape(-1, words), None)
+                slot = i % buffers
+                return self.gpu.upload_async(bases[start:stop].reshape(-1, words), ring[slot][: stop - start], free_after[slot])
+
+            pending = fetch(0)
+            for i, (start, stop) in enumerate(chunks):
+                points = pending.result()
+                last = i + 1 == len(chunks)
+                ahead = None if last or buffers == 1 else self.gpu.copy_thread().submit(fetch, i + 1)
+                try:
+                    c = window_bits(stop - start, curve.r.bit_length())
+                    part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
+                except BaseException:
+                    if ahead is not None:  # let the copy finish and its staging buffer go back to the pool
+                        ahead.result().result()
+                    raise
+                del points
+                if from_host:
+                    free_after[i % buffers] = self.runtime.compute_event()
+                total = G.add(total, part)
+                if not last:
+                    pending = ahead.result() if ahead is not None else fetch(i + 1)
+        return total
+
+    def _msm_chunk(self, curve: Curve, group: str, mod, points, scalars, c: int, offset: int) -> Point:
+        xp, rt = self.xp, self.runtime
+        n = int(scalars.shape[0])
+        windows = -(-(curve.r.bit_length() + 1) // c)
+        dev_scalars = self.gpu.device_view(scalars)[0]
+        buckets = 1 << (c - 1)
+        keys_total = windows * buckets
+        sum_words = 2 * point_words(curve, group)
+
+        self._phase("start")
+        counts = xp.zeros(keys_total, dtype=np.uint32)
+        first_bad = xp.full(1, 0xFFFFFFFF, dtype=np.uint32)
+        blocks = -(-n // THREADS)
+        rt.launch(mod, "msm_count", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), counts, first_bad))
+        self._phase("count")
+        offsets = xp.zeros(keys_total + 1, dtype=np.uint32)
+        xp.cumsum(counts, dtype=np.uint32, out=offsets[1:])
+        bad = int(first_bad[0])
+        if bad != 0xFFFFFFFF:
+            raise ScalarOutOfRangeError(offset + bad, curve)
+        count = int(offsets[-1])
+        if count == 0:
+            self._marks.clear()
+            return None
+        cursor = offsets[:-1].copy()
+        del counts
+        entries = xp.empty(count, dtype=np.uint32)
+        self._phase("scan")
+        for window in range(windows):
+            rt.launch(mod, "msm_scatter", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(window), cursor, entries))
+        del cursor
+        self._phase("scatter")
+
+        sums = xp.zeros((keys_total, sum_words), dtype=np.uint32)
+        chunk_len = max(8, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
+        chunks = -(-count // chunk_len)
+        partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
+        partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_accumulate_bases", grid(chunks), THREADS,
+                  (offsets, np.uint32(keys_total), entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
+        del entries, offsets
+        self._phase("accumulate")
+        while True:
+            live = xp.flatnonzero(partial_keys != NO_KEY)
+            remaining = int(live.shape[0])
+            if remaining == 0:
+                break
+            keys, points_in = partial_keys[live], partial_sums[live]
+            chunks = -(-remaining // PARTIAL_CHUNK)
+            partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
+            partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
+            rt.launch(mod, "msm_accumulate_partials", grid(chunks), THREADS,
+                      (keys, points_in, np.uint64(remaining), np.uint32(PARTIAL_CHUNK), sums, partial_keys, partial_sums))
+        del partial_keys, partial_sums
+        self._phase("partials")
+
+        log_b = c - 1
+        log_g = min(log_b, max(3, (keys_total >> 16).bit_length() - 1))  # ≈ 2^16 threads, at least 8 buckets each
+        per_window = 1 << (log_b - log_g)
+        segments = xp.empty((windows * per_window, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_window_segments", grid(windows * per_window), THREADS,
+                  (sums, np.uint32(windows), np.uint32(log_b), np.uint32(log_g), segments))
+        del sums
+        while per_window > 1:
+            run = min(32, per_window)
+            per_window //= run
+            reduced = xp.empty((windows * per_window, sum_words), dtype=np.uint32)
+            rt.launch(mod, "msm_sum_runs", grid(windows * per_window), THREADS,
+                      (segments, np.uint64(windows * per_window), np.uint32(run), reduced))
+            segments = reduced
+        self._phase("windows")
+        result = xp.empty((1, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_horner", 1, 32, (segments, np.uint32(windows), np.uint32(c), result))
+        self._phase("horner")
+        if self.phase_log is not None:
+            self._flush_phases()
+        return xyzz_to_affine(curve, group, rt.to_host(result)[0])
+
+
+def xyzz_to_affine(curve: Curve, group: str, words: np.ndarray) -> Point:
+    """The reference affine point of one XYZZ sum row (Montgomery limbs, as msm.cu writes it)."""
+    from ...formats.limbs import limbs_to_ints
+
+    Fq = curve.Fq
+    coords = [Fq.from_mont(v) for v in limbs_to_ints(words.reshape(-1, Fq.limbs32))]
+    if group == "g1":
+        x, y, zz, zzz = coords
+        F = Fq
+    else:
+        x, y, zz, zzz = (tuple(coords[i : i + 2]) for i in range(0, 8, 2))
+        F = curve.Fq2
+    if F.is_zero(zz):
+        return None
+    return (F.mul(x, F.inv(zz)), F.mul(y, F.inv(zzz)))

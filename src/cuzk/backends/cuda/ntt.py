@@ -1,0 +1,144 @@
+"""Fr vectors on a CUDA device: elementwise ops and NTTs, both from the ntt.cu module.
+
+A transform runs as shared-memory passes of ``ntt_dif_pass`` (each up to 2^log_block
+elements per block) and one ``ntt_bitrev``; the twiddle and coset-factor tables it reads are
+computed on the device once and kept there, each holding a reservation of the VRAM budget.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ...curves import Curve
+from .device import THREADS, CudaDevice, CudaInputError, check_vector, grid
+from .vram import VramReservation
+
+NTT_LOG_BLOCK_ELEMENTS = 11  # 2^11 Fr elements (64 KiB) of shared memory per NTT block
+COSET_SPLIT = 12  # shift^i = hi[i >> 12] · lo[i mod 2^12], as ntt.cu reads it
+
+
+def ntt_passes(m: int, log_block: int = NTT_LOG_BLOCK_ELEMENTS) -> list[tuple[int, int]]:
+    """(first stage, stage count) of each shared-memory pass of a 2^m DIF transform."""
+    count = -(-m // log_block)
+    sizes = [m // count + (1 if i < m % count else 0) for i in range(count)]
+    out, s0 = [], 0
+    for k in sizes:
+        out.append((s0, k))
+        s0 += k
+    return out
+
+
+class CudaNtt:
+    """Elementwise Fr ops and transforms on ``gpu``; ``log_block`` (elements per NTT block, log2) is a tuning
+    knob tests lower to reach the many-pass path at small sizes."""
+
+    def __init__(self, gpu: CudaDevice, log_block: int = NTT_LOG_BLOCK_ELEMENTS):
+        if not 1 <= log_block <= NTT_LOG_BLOCK_ELEMENTS:
+            raise ValueError(f"ntt_log_block must be in 1..{NTT_LOG_BLOCK_ELEMENTS}, got {log_block}")
+        self.gpu = gpu
+        self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
+        self.log_block = log_block
+        self._lock = threading.Lock()
+        self._twiddles: dict[str, tuple[int, object, object, VramReservation]] = {}
+        self._coset_tables: dict[tuple[str, int], tuple[int, object, object, VramReservation]] = {}
+
+    def _fr_rows(self, curve: Curve, values: list[int]):
+        from ...formats.limbs import ints_to_limbs
+
+        return self.runtime.to_device(ints_to_limbs(values, curve.Fr.limbs32))
+
+    def elementwise(self, curve: Curve, op: int, a, b=None):
+        """ntt.cu's ``fr_elementwise`` op (0 mul, 1 sub, 2 to Montgomery, 3 from Montgomery) over a (and b)."""
+        limbs = curve.Fr.limbs32
+        n = check_vector(a, limbs, "a")
+        if b is not None and check_vector(b, limbs, "b") != n:
+            raise CudaInputError(f"vectors differ in length: {n} and {b.shape[0]}")
+        da, host = self.gpu.device_view(a)
+        db = self.gpu.device_view(b)[0] if b is not None else da
+        out = self.xp.empty_like(da)
+        if n:
+            mod = self.runtime.module(curve, "ntt")
+            self.runtime.launch(mod, "fr_elementwise", grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
+        return self.gpu.result(out, host)
+
+    def _pow_table(self, curve: Curve, base: int, count: int):
+        """Device table of base^i (Montgomery) for i < count, computed on the device."""
+        Fr = curve.Fr
+        pows, x = [], base % Fr.p
+        for _ in range(max(1, count.bit_length())):
+            pows.append(Fr.to_mont(x))
+            x = x * x % Fr.p
+        out = self.xp.empty((count, Fr.limbs32), dtype=np.uint32)
+        mod = self.runtime.module(curve, "ntt")
+        self.runtime.launch(mod, "fr_pow_table", grid(count), THREADS, (self._fr_rows(curve, pows), np.uint64(count), out))
+        return out
+
+    def _twiddle_tables(self, curve: Curve, m: int):
+        """(log size M >= m, forward table, inverse table) of w_M^(±i), i < 2^(M-1), cached per curve."""
+        with self._lock:
+            cached = self._twiddles.get(curve.name)
+            if cached is not None and cached[0] >= m:
+                return cached[:3]
+            count = 1 << (m - 1)
+            reservation = self.vram.reserve(2 * count * curve.Fr.n8, f"{curve.name} twiddles for 2^{m}")
+            if cached is not None:
+                cached[3].release()
+            w = curve.fr_root_of_unity(m)
+            entry = (m, self._pow_table(curve, w, count), self._pow_table(curve, pow(w, -1, curve.r), count), reservation)
+            self._twiddles[curve.name] = entry
+            return entry[:3]
+
+    def _coset_factors(self, curve: Curve, shift: int, n: int):
+        """(hi, lo) tables with shift^i = hi[i >> 12] · lo[i mod 2^12], cached per (curve, shift)."""
+        key = (curve.name, shift)
+        with self._lock:
+            cached = self._coset_tables.get(key)
+            if cached is not None and cached[0] >= n:
+                return cached[1:3]
+            n_lo = min(n, 1 << COSET_SPLIT)
+            n_hi = max(1, n >> COSET_SPLIT)
+            reservation = self.vram.reserve((n_lo + n_hi) * curve.Fr.n8, f"{curve.name} coset factors")
+            if cached is not None:
+                cached[3].release()
+            hi = self._pow_table(curve, pow(shift, 1 << COSET_SPLIT, curve.r), n_hi)
+            entry = (n, hi, self._pow_table(curve, shift, n_lo), reservation)
+            self._coset_tables[key] = entry
+            return entry[1:3]
+
+    def transform(self, curve: Curve, a, inverse: bool, shift: int | None):
+        """The NTT of ``a`` (inverse: the INTT), its coefficients first scaled by shift^i when ``shift`` is given."""
+        limbs = curve.Fr.limbs32
+        n = check_vector(a, limbs, "a")
+        if n == 0 or n & (n - 1):
+            raise CudaInputError(f"NTT length must be a power of two, got {n}")
+        m = n.bit_length() - 1
+        if m > curve.fr_two_adicity:
+            raise CudaInputError(f"{curve.name} has no 2^{m} roots of unity (two-adicity {curve.fr_two_adicity})")
+        if shift is not None and shift % curve.r == 0:
+            raise CudaInputError("coset shift must be non-zero")
+        data, host = self.gpu.device_copy(a)
+        if m == 0:
+            return self.gpu.result(data, host)
+        mod = self.runtime.module(curve, "ntt")
+        log_max, forward, backward = self._twiddle_tables(curve, m)
+        if shift is not None:
+            hi, lo = self._coset_factors(curve, shift % curve.r, n)
+        else:
+            hi = lo = data  # not read
+        for s0, k in ntt_passes(m, self.log_block):
+            log_t = min(self.log_block - k, m - k)
+            elements = 1 << (k + log_t)
+            self.runtime.launch(
+                mod,
+                "ntt_dif_pass",
+                1 << (m - k - log_t),
+                min(THREADS, max(32, elements // 2)),
+                (data, backward if inverse else forward, np.uint32(m), np.uint32(s0), np.uint32(k), np.uint32(log_t),
+                 np.uint32(log_max - m), np.uint32(shift is not None and s0 == 0), hi, lo),
+                shared_bytes=elements * curve.Fr.n8,
+            )
+        factor = self._fr_rows(curve, [curve.Fr.to_mont(pow(n, -1, curve.r))])
+        self.runtime.launch(mod, "ntt_bitrev", grid(n), THREADS, (data, np.uint32(m), np.uint32(inverse), factor))
+        return self.gpu.result(data, host)
