@@ -79,7 +79,8 @@ from typing import Any
 
 from ..backends.base import is_device_backend
 from ..formats.wtns import read_wtns
-from ..keys.manager import KeyManager, KeyTier
+from ..keys.host import KeyTier
+from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
