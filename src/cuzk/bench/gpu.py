@@ -5,9 +5,10 @@ leaves visible, in that list's order; NVML numbers every GPU of the machine in P
 ignores the variable. So the sampler reads the variable as the daemon's engine has it (from
 /proc, the bench's own where that cannot be read) and resolves each entry as CUDA does: an
 index, or a GPU UUID (or a unique prefix of one) matched against NVML's UUIDs. An index means
-PCI bus order to NVML; CUDA counts the same way with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` or when all
-GPUs are one model (its default, fastest first, then ties on bus order); otherwise the sampler
-says it cannot tell rather than guess.
+PCI bus order to NVML; CUDA counts the same way with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, and in
+practice when all GPUs are one model (its default, fastest first, leaves ties in bus order); for
+GPUs of several models otherwise, and for MIG instances, the sampler says it cannot tell rather
+than guess.
 
 Utilization: ``nvmlDeviceGetUtilizationRates`` is the share of the driver's last sampling
 period (1/6 s to 1 s, by product) in which a kernel ran. Read once a tick it sees one period a
@@ -142,6 +143,13 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def _mig_enabled(nvml, handle) -> bool:
+    try:
+        return nvml.nvmlDeviceGetMigMode(handle)[0] == nvml.NVML_DEVICE_MIG_ENABLE
+    except nvml.NVMLError:  # NotSupported: a GPU without MIG
+        return False
+
+
 class _DeviceReader:
     """One GPU's handle, and where its utilization buffer was last read."""
 
@@ -230,7 +238,7 @@ class GpuSampler:
         try:
             self._map(pynvml, ordinals, status["server"]["pid"])
         except (pynvml.NVMLError, DeviceMappingError) as exc:
-            self.off_reason = f"cannot tell which GPU is which CUDA device: {exc}"
+            self.off_reason = str(exc) if isinstance(exc, DeviceMappingError) else f"NVML could not list the GPUs: {exc}"
             self.devices = []
             self.close()
 
@@ -245,6 +253,9 @@ class GpuSampler:
                                      f"{VISIBLE}={self.environment.get(VISIBLE)!r} leaves visible")
         for ordinal in ordinals:
             gpu, handle = gpus[indices[ordinal]], handles[indices[ordinal]]
+            if _mig_enabled(nvml, handle):
+                raise DeviceMappingError(f"NVML's GPU {gpu.index} is split into MIG instances, and NVML has no "
+                                         "utilization per MIG instance")
             reader = self._readers[ordinal] = _DeviceReader(nvml, handle)
             self.devices.append(GpuDevice(
                 ordinal=ordinal, nvml_index=gpu.index, uuid=gpu.uuid, name=gpu.name,
