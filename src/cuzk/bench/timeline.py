@@ -7,9 +7,8 @@ the daemon answers nothing, yet a started daemon's limit and charged memory are 
 from the kernel by the bench itself, so the gap shows in the timeline rather than vanishing.
 
 Each tick also reads the daemon's GPUs through NVML where it can (``gpu.py``): utilization,
-VRAM and SM clock per device, kept in the sample by the daemon's CUDA ordinal.
-
-Each tick also reads the supervisor's record (``supervisor.json``: the data directory's while
+VRAM and SM clock per device, kept in the sample by the daemon's CUDA ordinal. And it reads
+the supervisor's record (``supervisor.json``: the data directory's while
 the bench runs the daemon, the status document's when attached). Every engine death recorded
 since the run began becomes a ``Recovery``: the ceiling it planned against and the one the
 supervisor restarted it with, its budget before and after, and how long it took from the
