@@ -689,6 +689,14 @@ def fp_unary_vec(a, out, op, fc):
             fp_from_mont(a[i], out[i], f)
 
 
+@parallel_kernel
+def fp_scale_vec(a, k, out, fc):
+    """out[i] = a[i]·k·R⁻¹ for one row k; out may be a (k in standard form keeps a's form)."""
+    p, pinv, one, r2, pm2 = fc
+    for i in prange(a.shape[0]):
+        fp_mul(a[i], k, out[i], FieldConsts(p, pinv, one, r2, pm2))
+
+
 @njit(cache=True)
 def _batch_inv_range(a, out, prefix, lo, hi, fc):
     """Montgomery's trick on rows [lo, hi): one inversion and 3 products per element; zeros map to zero."""
