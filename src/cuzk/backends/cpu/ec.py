@@ -18,21 +18,7 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import overload
 
-from .field import (
-    _stack_array,
-    fe_add,
-    fe_copy,
-    fe_double,
-    fe_eq,
-    fe_inv,
-    fe_is_zero,
-    fe_mul,
-    fe_neg,
-    fe_set_one,
-    fe_set_zero,
-    fe_sqr,
-    fe_sub,
-)
+from .field import _stack_array, fe_add, fe_copy, fe_double, fe_eq, fe_inv, fe_is_zero, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
 
 
 def coord_scratch(point, fc):
@@ -103,6 +89,21 @@ def jac_double(P, out, fc):
 
 
 @njit(cache=True)
+def _same_x(P, H, r, out, fc):
+    """The additions' exceptional case H = 0 (equal x): out = 2P when r = 0 (P = Q), else infinity (P = -Q).
+
+    Returns whether it applied.
+    """
+    if not fe_is_zero(H):
+        return False
+    if fe_is_zero(r):
+        jac_double(P, out, fc)
+    else:
+        fe_set_zero(out[2])
+    return True
+
+
+@njit(cache=True)
 def _add_finish(r, J, V, SJ, out, fc):
     """X3 = r² - J - 2V and Y3 = r(V - X3) - 2·SJ, the end both additions share (V, SJ are clobbered)."""
     fe_sqr(r, out[0], fc)
@@ -129,11 +130,7 @@ def jac_add_affine(P, Q, out, fc):
     fe_mul(S2, Z1Z1, S2, fc)
     fe_sub(U2, P[0], H, fc)
     fe_sub(S2, P[1], r, fc)
-    if fe_is_zero(H):
-        if fe_is_zero(r):
-            jac_double(P, out, fc)
-        else:
-            fe_set_zero(out[2])
+    if _same_x(P, H, r, out, fc):
         return
     fe_double(r, r, fc)
     fe_sqr(H, HH, fc)
@@ -171,11 +168,7 @@ def jac_add(P, Q, out, fc):
     fe_mul(S2, Z1Z1, S2, fc)
     fe_sub(U2, U1, H, fc)
     fe_sub(S2, S1, r, fc)
-    if fe_is_zero(H):
-        if fe_is_zero(r):
-            jac_double(P, out, fc)
-        else:
-            fe_set_zero(out[2])
+    if _same_x(P, H, r, out, fc):
         return
     fe_double(r, r, fc)
     fe_double(H, I, fc)
@@ -240,7 +233,5 @@ def jac_mul_naf(A, naf, out, fc):
     jac_from_affine(A, out, fc)
     for i in range(len(naf) - 2, -1, -1):
         jac_double(out, out, fc)
-        if naf[i] == 1:
-            jac_add_affine(out, A, out, fc)
-        elif naf[i] == -1:
-            jac_add_affine(out, neg, out, fc)
+        if naf[i] != 0:
+            jac_add_affine(out, A if naf[i] == 1 else neg, out, fc)

@@ -75,10 +75,8 @@ def cyclotomic_exp(a, naf, negative, out, tc):
     fe_copy(a, r)
     for i in range(len(naf) - 2, -1, -1):
         cyclotomic_sqr(r, r, tc)
-        if naf[i] == 1:
-            fq12_mul(r, a, r, tc)
-        elif naf[i] == -1:
-            fq12_mul(r, a_conj, r, tc)
+        if naf[i] != 0:
+            fq12_mul(r, a if naf[i] == 1 else a_conj, r, tc)
     if negative:
         fq12_conj(r, out, fc)
     else:

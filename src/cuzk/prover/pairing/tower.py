@@ -22,20 +22,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from ...backends.cpu.field import (
-    FieldConsts,
-    _stack_array,
-    fe_add,
-    fe_copy,
-    fe_double,
-    fe_inv,
-    fe_mul,
-    fe_neg,
-    fe_set_one,
-    fe_set_zero,
-    fe_sqr,
-    fe_sub,
-)
+from ...backends.cpu.field import FieldConsts, _stack_array, fe_add, fe_copy, fe_double, fe_inv, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
 
 
 class TowerConsts(NamedTuple):
