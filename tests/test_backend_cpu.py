@@ -207,6 +207,7 @@ def msm_path(request, monkeypatch):
     """Both MSM plans on small inputs: with no "small" sizes they take the batched affine plan too."""
     if request.param == "batch_affine":
         monkeypatch.setattr(msm, "SMALL_MSM_POINTS", 0)
+        monkeypatch.setattr(msm, "BIT_MSM_POINTS", 0)
     return request.param
 
 
@@ -292,7 +293,7 @@ def test_g1_msm_matches_reference(curve, msm_path, data):
 
 
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
-def test_g1_msm_many_points_with_bit_scalars(curve):
+def test_g1_msm_many_points_with_bit_scalars(curve, msm_path):
     """The sha256 corpus circuit's shape: hundreds of 0/1 public signals."""
     G = curve.G1.generator
     points, P = [], G

@@ -162,9 +162,9 @@ def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int
     if a is not None and b is not None:
         g1_points.append(E.g1_limbs(curve.G1.neg(a)))
         lines.append(E.prepare_g2(b))
-    l = msm_rows(curve, pvk.ic, scalars)  # L = IC[0] + sum s_i IC[i+1]
-    if l is not None:
-        g1_points.append(l)
+    L = msm_rows(curve, pvk.ic, scalars)  # IC[0] + sum s_i IC[i+1]
+    if L is not None:
+        g1_points.append(L)
         lines.append(pvk.lines[0])
     if c is not None:
         g1_points.append(E.g1_limbs(c))

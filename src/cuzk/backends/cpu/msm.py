@@ -19,8 +19,9 @@ Plan of one MSM Σ kᵢ·Pᵢ:
 4. Window sums are combined by Horner's rule (c doublings per window) and the result is
    converted to a reference affine point.
 
-An MSM of at most ``SMALL_MSM_POINTS`` points skips this plan: Straus's method or a
-Pippenger with Jacobian buckets (``_jacobian_msm``), in the calling thread.
+An MSM of at most ``SMALL_MSM_POINTS`` points, or of at most ``BIT_MSM_POINTS`` 0/1
+scalars, skips this plan: Straus's method or a Pippenger with Jacobian buckets
+(``_jacobian_msm``), in the calling thread.
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ WINDOW_TASK, ONES_TASK = 0, 1
 # Upper bound on the points one task sorts into its buckets: bounds a task's scratch
 # (about 3 coordinates per point) independently of the MSM size.
 MAX_TASK_POINTS = 1 << 18
-# At most this many points (the prover's blinding, a verifier's public inputs): Jacobian sums
-# in the calling thread, measured 2-10x faster there than the batched affine additions,
-# whose inversion per tree level costs more than it saves on so few points.
+# At most this many points (the prover's blinding, a verifier's public inputs), or of 0/1
+# scalars (a hashing circuit's public bits): Jacobian sums in the calling thread, measured
+# 2-10x faster there than the batched affine additions, whose inversion per tree level
+# costs more than it saves on so few additions (0/1 scalars: up to ~2000 points).
 SMALL_MSM_POINTS = 64
+BIT_MSM_POINTS = 1024
 # Relative costs in field products, for the window-size model.
 AFFINE_ADD_COST = 7  # batched affine addition incl. the sort and gather
 BUCKET_FOLD_COST = 27  # one mixed + one full Jacobian addition per bucket
@@ -374,7 +377,7 @@ def _combine(results, tasks, n_windows, c, out_affine, fc):
 # Planning and the Python entry points
 
 
-def jacobian_window(n_points: int, nbits: int) -> int:
+def _jacobian_window(n_points: int, nbits: int) -> int:
     """The window of ``_jacobian_msm`` with the fewest field products, counting ~7 per doubling,
     ~11 per mixed and ~16 per full addition: Straus (window 1) for few points, buckets for more."""
     if nbits == 0:
@@ -477,9 +480,10 @@ def msm_rows(curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> np.ndarray
     if n == 0:
         return None
     out = np.empty((2,) + bases.shape[2:], np.uint64)
-    if n <= SMALL_MSM_POINTS:
+    if n <= BIT_MSM_POINTS:
         nbits = int.from_bytes(np.bitwise_or.reduce(scalars, axis=0).tobytes(), "little").bit_length()
-        return out if _jacobian_msm(bases, scalars, nbits, jacobian_window(n, nbits), out, fc) else None
+        if n <= SMALL_MSM_POINTS or nbits <= 1:
+            return out if _jacobian_msm(bases, scalars, nbits, _jacobian_window(n, nbits), out, fc) else None
     kinds = np.empty(n, np.uint8)
     r_minus_1 = tuple(np.uint64(((curve.r - 1) >> (64 * j)) & (2**64 - 1)) for j in range(scalars.shape[1]))
     general_or = _classify(bases.reshape(n, -1), scalars, r_minus_1, kinds)
