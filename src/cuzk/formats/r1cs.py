@@ -23,7 +23,9 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-from ..backends.cpu import field as cpu_field  # a module, not names: see _unsatisfied_rows
+# The module, not its names: field.py imports this package (formats.parallel), so when the
+# backend loads first this module sees it half-initialised; kernels name its functions when they compile.
+from ..backends.cpu import field as cpu_field
 from ..curves import Curve
 from .binfile import BinFile, n8_of, write_binfile
 from .errors import FormatError
@@ -322,6 +324,7 @@ def _dot_row(row_ptr, col, coeffs, i, w, acc, prod, fc) -> None:
 
 @njit(cache=True)
 def _unsatisfied_range(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, lo, hi, fc):
+    """Rows [lo, hi) of :func:`_unsatisfied_rows`, with the temporaries on the stack."""
     t = cpu_field._stack_array(fc.p, 4, 0)
     aw, bw, cw, prod = t[0], t[1], t[2], t[3]
     for i in range(lo, hi):
@@ -338,9 +341,7 @@ def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_
     """failing[i] = (A_i·w)(B_i·w) ≠ C_i·w, on the CPU backend's Montgomery arithmetic.
 
     Each row sum comes out times R⁻¹, so the check compares (Aw·R⁻¹)(Bw·R⁻¹)·R⁻¹ = AwBw·R⁻³
-    with (Cw·R⁻¹)·R⁻¹·R⁻¹ = Cw·R⁻³. The backend's field module imports the formats package
-    (for ``parallel_kernel``), so this module holds that module and names its functions
-    only inside kernels, which compile after both packages have loaded.
+    with (Cw·R⁻¹)·R⁻¹·R⁻¹ = Cw·R⁻³.
     """
     n = failing.shape[0]
     n_chunks = min(n, 256)

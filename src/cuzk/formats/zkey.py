@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.cpu import field as cpu_field  # a module, not names: it imports this package (see r1cs.py)
+from ..backends.cpu import field as cpu_field  # the module, not its names: see r1cs.py
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes

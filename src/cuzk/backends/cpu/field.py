@@ -466,8 +466,8 @@ def _emit_set_one(arith, ptrs, parts, fc_value, module):
 
 
 # fe_add(a, b, out, fc), fe_sub(a, b, out, fc), fe_mul(a, b, out, fc) (Montgomery product in
-# Fp, Karatsuba in Fp2; inputs < p), fe_neg(a, out, fc), fe_double(a, out, fc), fe_half(a, out, fc),
-# fe_sqr(a, out, fc), fe_inv(a, out, fc) (0 maps to 0), fe_set_one(out, fc).
+# Fp, Karatsuba in Fp2; inputs < p), fe_neg(a, out, fc), fe_double(a, out, fc),
+# fe_half(a, out, fc), fe_sqr(a, out, fc), fe_inv(a, out, fc) (0 maps to 0), fe_set_one(out, fc).
 fe_add = _elementwise("fe_add", 3, _emit_add)
 fe_sub = _elementwise("fe_sub", 3, _emit_sub)
 fe_mul = _elementwise("fe_mul", 3, _emit_mul)
@@ -552,7 +552,7 @@ def fe_eq(typingctx, a, b):
 @intrinsic
 def fp_set_tuple(typingctx, out, value):
     """out = a constant limb tuple (e.g. ``fc.one``)."""
-    if _field_ndim(out) != 1 or not isinstance(value, types.UniTuple):
+    if _element_ndim(out) != 1 or not isinstance(value, types.UniTuple):
         return None
 
     def codegen(context, builder, signature, args):
@@ -567,7 +567,7 @@ def fp_set_tuple(typingctx, out, value):
 def fp_mul_tuple(typingctx, a, value, out, fc):
     """out = a·value·R⁻¹ for a constant limb tuple (``fc.r2`` gives to_mont)."""
     n = _limbs_of(fc)
-    if _field_ndim(a, out) != 1 or not isinstance(value, types.UniTuple) or n is None or value.count != n:
+    if _element_ndim(a, out) != 1 or not isinstance(value, types.UniTuple) or n is None or value.count != n:
         return None
 
     def codegen(context, builder, signature, args):
@@ -584,7 +584,7 @@ def fp_mul_tuple(typingctx, a, value, out, fc):
 def fp_from_mont(typingctx, a, out, fc):
     """out = a·R⁻¹ (Montgomery product with the plain integer 1)."""
     n = _limbs_of(fc)
-    if _field_ndim(a, out) != 1 or n is None:
+    if _element_ndim(a, out) != 1 or n is None:
         return None
 
     def codegen(context, builder, signature, args):
