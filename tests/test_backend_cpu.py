@@ -12,7 +12,8 @@ from numba import njit
 
 from cuzk.backends import BackendUnavailableError, get_backend
 from cuzk.backends.base import Backend
-from cuzk.backends.cpu import CpuBackend, field, msm, ntt
+from cuzk.backends.cpu import CpuBackend, msm, ntt
+from cuzk.ff import field
 from cuzk.curves import BLS12_381, BN254
 from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, SNARKJS, snarkjs_available, snarkjs_verify
-from cuzk.backends.cpu.field import as_u64, field_consts, fp_scale_vec
+from cuzk.ff.field import as_u64, field_consts, fp_scale_vec
 from cuzk.curves import BLS12_381, BN254, Curve
 from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
 from cuzk.formats.binfile import BinFile, write_binfile

@@ -19,7 +19,7 @@ few hundred wires (locality, like a circuit's gadgets) and half from anywhere ea
 
 The witness is computed while the constraints are drawn: constraints come in layers
 whose operands all precede the layer, so each layer is a handful of vectorised field
-operations (field.py kernels, Montgomery form) over its rows. 2^20 constraints take
+operations (ff/field.py kernels, Montgomery form) over its rows. 2^20 constraints take
 seconds; memory peaks at about three times the r1cs (~36 bytes per term, about 6.5 terms
 per constraint) while the file is written.
 """
@@ -34,7 +34,7 @@ import numpy as np
 
 from numba import njit
 
-from ..backends.cpu.field import FROM_MONT, TO_MONT, as_u64, field_consts, fp_add, fp_mul, fp_mul_tuple, fp_set_zero, fp_sub, fp_unary_vec
+from ..ff.field import FROM_MONT, TO_MONT, as_u64, field_consts, fp_add, fp_mul, fp_mul_tuple, fp_set_zero, fp_sub, fp_unary_vec
 from ..curves import Curve
 from ..formats.r1cs import R1CS, SparseMatrix, write_r1cs
 from ..formats.wtns import write_wtns

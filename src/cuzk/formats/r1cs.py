@@ -23,14 +23,12 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
-# The module, not its names: field.py imports this package (formats.parallel), so when the
-# backend loads first this module sees it half-initialised; kernels name its functions when they compile.
-from ..backends.cpu import field as cpu_field
 from ..curves import Curve
+from ..ff.field import FieldConsts, _stack_array, as_u64, fe_eq, field_consts, fp_add, fp_mul, fp_set_zero, fr_rows
+from ..ff.parallel import parallel_kernel
 from .binfile import BinFile, n8_of, write_binfile
 from .errors import FormatError
 from .limbs import first_not_below, ints_to_limbs
-from .parallel import parallel_kernel
 
 R1CS_VERSION = 1
 HEADER, CONSTRAINTS, WIRE_TO_LABEL, CUSTOM_GATES_LIST, CUSTOM_GATES_USES = 1, 2, 3, 4, 5
@@ -305,10 +303,10 @@ def check_satisfied(r1cs: R1CS, witness) -> int | None:
         raise FormatError(getattr(witness, "path", None), f"witness must be ({r1cs.n_wires}, {n_limbs}) uint32 for the r1cs {r1cs.path}, got shape {shape}")
     if r1cs.n_constraints == 0:
         return None
-    A, B, C = ((M.row_ptr, M.col, cpu_field.fr_rows(curve, M.values, "coefficients")) for M in (r1cs.A, r1cs.B, r1cs.C))
-    r_inv = cpu_field.as_u64(ints_to_limbs([curve.Fr.R_inv], n_limbs))[0]
+    A, B, C = ((M.row_ptr, M.col, fr_rows(curve, M.values, "coefficients")) for M in (r1cs.A, r1cs.B, r1cs.C))
+    r_inv = as_u64(ints_to_limbs([curve.Fr.R_inv], n_limbs))[0]
     failing = np.zeros(r1cs.n_constraints, dtype=np.bool_)
-    _unsatisfied_rows(*A, *B, *C, cpu_field.fr_rows(curve, values, "witness"), r_inv, failing, cpu_field.field_consts(curve.Fr))
+    _unsatisfied_rows(*A, *B, *C, fr_rows(curve, values, "witness"), r_inv, failing, field_consts(curve.Fr))
     bad = np.flatnonzero(failing)
     return int(bad[0]) if bad.size else None
 
@@ -316,24 +314,24 @@ def check_satisfied(r1cs: R1CS, witness) -> int | None:
 @njit(cache=True)
 def _dot_row(row_ptr, col, coeffs, i, w, acc, prod, fc) -> None:
     """acc = Σ_k coeff_k·w[col_k]·R⁻¹ over row i = (row · w)·R⁻¹."""
-    cpu_field.fp_set_zero(acc)
+    fp_set_zero(acc)
     for k in range(row_ptr[i], row_ptr[i + 1]):
-        cpu_field.fp_mul(coeffs[k], w[col[k]], prod, fc)
-        cpu_field.fp_add(acc, prod, acc, fc)
+        fp_mul(coeffs[k], w[col[k]], prod, fc)
+        fp_add(acc, prod, acc, fc)
 
 
 @njit(cache=True)
 def _unsatisfied_range(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, lo, hi, fc):
     """Rows [lo, hi) of :func:`_unsatisfied_rows`, with the temporaries on the stack."""
-    t = cpu_field._stack_array(fc.p, 4, 0)
+    t = _stack_array(fc.p, 4, 0)
     aw, bw, cw, prod = t[0], t[1], t[2], t[3]
     for i in range(lo, hi):
         _dot_row(a_ptr, a_col, a_val, i, w, aw, prod, fc)
         _dot_row(b_ptr, b_col, b_val, i, w, bw, prod, fc)
         _dot_row(c_ptr, c_col, c_val, i, w, cw, prod, fc)
-        cpu_field.fp_mul(aw, bw, aw, fc)
-        cpu_field.fp_mul(cw, r_inv, cw, fc)
-        failing[i] = not cpu_field.fe_eq(aw, cw)
+        fp_mul(aw, bw, aw, fc)
+        fp_mul(cw, r_inv, cw, fc)
+        failing[i] = not fe_eq(aw, cw)
 
 
 @parallel_kernel
@@ -349,4 +347,4 @@ def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_
     for chunk in prange(n_chunks):
         lo, hi = chunk * n // n_chunks, (chunk + 1) * n // n_chunks
         _unsatisfied_range(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, lo, hi,
-                           cpu_field.FieldConsts(p, pinv, one, r2, pm2))  # fmt: skip
+                           FieldConsts(p, pinv, one, r2, pm2))  # fmt: skip

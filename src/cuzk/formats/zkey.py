@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..backends.cpu import field as cpu_field  # the module, not its names: see r1cs.py
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
+from ..ff.field import as_u64, field_consts, fp_scale_vec
 from .binfile import BinFile, Section, n8_of, write_binfile
 from .limbs import CHECK_CHUNK_ROWS, first_not_below, ints_to_limbs
 
@@ -350,8 +350,8 @@ def _scale(curve: Curve, values: np.ndarray, k: int) -> np.ndarray:
     """values·k·R⁻¹ mod r for every row, in place on a contiguous copy (the file's rows are 44-byte records)."""
     L = curve.Fr.limbs32
     out = np.array(values, dtype=np.uint32, order="C")
-    rows = cpu_field.as_u64(out)
-    cpu_field.fp_scale_vec(rows, cpu_field.as_u64(ints_to_limbs([k], L))[0], rows, cpu_field.field_consts(curve.Fr))
+    rows = as_u64(out)
+    fp_scale_vec(rows, as_u64(ints_to_limbs([k], L))[0], rows, field_consts(curve.Fr))
     return out
 
 

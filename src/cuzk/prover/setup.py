@@ -47,7 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from ..backends import Backend, get_backend
-from ..backends.cpu.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
+from ..ff.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, first_invalid_point, sparse_combinations
 from ..curves import Curve
 from ..curves.ec import Point
@@ -142,7 +142,7 @@ def coefficient_section(r1cs: R1CS) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------
-# Fr helpers (field.py kernels on uint64 views).
+# Fr helpers (ff/field.py kernels on uint64 views).
 
 
 def _fr_row(curve: Curve, value: int, mont: bool) -> np.ndarray:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..backends.cpu.field import as_u64
+from ..ff.field import as_u64
 from ..backends.cpu.msm import msm_rows
 from ..curves import Curve
 from ..curves.ec import Point

@@ -7,7 +7,7 @@ import numpy as np
 from ...curves import Curve
 from ...curves.ec import Point
 from . import msm, ntt
-from .field import FROM_MONT, MUL, SUB, TO_MONT, FieldVectorError, as_u64, field_consts, fp_binary_vec, fp_unary_vec, fr_rows
+from ...ff.field import FROM_MONT, MUL, SUB, TO_MONT, FieldVectorError, as_u64, field_consts, fp_binary_vec, fp_unary_vec, fr_rows
 
 
 def _binary(curve: Curve, a: np.ndarray, b: np.ndarray, op: int) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import overload
 
-from .field import _stack_array, fe_add, fe_copy, fe_double, fe_eq, fe_inv, fe_is_zero, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
+from ...ff.field import _stack_array, fe_add, fe_copy, fe_double, fe_eq, fe_inv, fe_is_zero, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
 
 
 def coord_scratch(point, fc):

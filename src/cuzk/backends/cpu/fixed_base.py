@@ -17,7 +17,7 @@ set coefficient bit), taking each coefficient as ±min(c, r − c) so −1 costs
 
 Points are the backends' layout (backends/base.py): affine Montgomery uint32 limbs,
 ``(n, 2, L)`` for G1, ``(n, 2, 2, L)`` for G2, all-zero for infinity; scalars are
-standard-form ``(n, Lr)`` uint32 rows below r. The arithmetic is field.py's ``fe_*``,
+standard-form ``(n, Lr)`` uint32 rows below r. The arithmetic is ff/field.py's ``fe_*``,
 which serve Fp (G1) and Fp2 (G2) coordinates alike. Work is split into chunks run in
 parallel; the Jacobian kernels end each chunk with one batch inversion to go affine.
 """
@@ -33,10 +33,10 @@ from numba.core.errors import NumbaIRAssumptionWarning
 from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.limbs import first_not_below
-from ...formats.parallel import parallel_kernel
+from ...ff.parallel import parallel_kernel
 from ..base import point_rows
 from .ec import jac_add_affine, jac_double, jac_from_affine
-from .field import (
+from ...ff.field import (
     FieldConsts,
     as_u64,
     fe_add,
@@ -58,7 +58,7 @@ from .field import (
     fp_set_zero,
 )
 
-# Compiling the parallel Straus kernel over field.py's inline="always" overloads makes numba's
+# Compiling the parallel Straus kernel over ff/field.py's inline="always" overloads makes numba's
 # own pedantic IR check print dozens of "please report" warnings; the compiled code is
 # correct (tests compare it with the reference), so they are silenced for this file only.
 warnings.filterwarnings("ignore", category=NumbaIRAssumptionWarning, module=r".*fixed_base")
@@ -138,7 +138,7 @@ def _build_window(base, table_window, fc):
     _to_affine(jac, table_window, 0, half, prefix, fc)
 
 
-# A parallel loop body cannot capture the nested tuple ``fc`` (see field.py), so each
+# A parallel loop body cannot capture the nested tuple ``fc`` (see ff/field.py), so each
 # parallel kernel unpacks it before its prange and rebuilds it inside.
 
 

@@ -37,7 +37,7 @@ from numba import njit
 from ...curves import Curve
 from ...curves.ec import Point
 from .ec import jac_add, jac_add_affine, jac_double, jac_set_inf, jac_to_affine
-from .field import (
+from ...ff.field import (
     as_u64,
     fe_add,
     fe_copy,

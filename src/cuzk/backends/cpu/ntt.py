@@ -16,8 +16,8 @@ import numpy as np
 from numba import njit, prange
 
 from ...curves import Curve
-from ...formats.parallel import parallel_kernel
-from .field import (
+from ...ff.parallel import parallel_kernel
+from ...ff.field import (
     FieldConsts,
     _stack_array,
     as_u32,

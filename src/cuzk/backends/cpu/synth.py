@@ -21,8 +21,8 @@ import numpy as np
 from numba import njit, prange
 
 from ...curves import Curve
-from ...formats.parallel import parallel_kernel
-from .field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
+from ...ff.parallel import parallel_kernel
+from ...ff.field import FieldConsts, _stack_array, as_u32, field_consts, fp_add, fp_mul, fr_rows, read_only
 
 
 @njit(cache=True)

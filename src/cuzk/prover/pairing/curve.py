@@ -17,7 +17,7 @@ import numpy as np
 from numba import njit
 
 from ...backends.cpu.ec import jac_add, jac_add_affine, jac_double, jac_eq, jac_from_affine, jac_mul_naf
-from ...backends.cpu.field import fe_mul, fe_neg
+from ...ff.field import fe_mul, fe_neg
 from .tower import TowerConsts, fq2_conj
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ...backends.cpu.field import fe_eq, field_consts, from_mont_row, to_mont_int
+from ...ff.field import fe_eq, field_consts, from_mont_row, to_mont_int
 from ...curves import Curve
 from ...curves.ec import Point
 from ...curves.tower import Fq12E, Tower, miller_loop_scalar, naf, tower

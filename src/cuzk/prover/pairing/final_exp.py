@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...backends.cpu.field import fe_add, fe_copy, fe_double, fe_sqr, fe_sub
+from ...ff.field import fe_add, fe_copy, fe_double, fe_sqr, fe_sub
 from .tower import fq2_mul_xi, fq2_scratch, fq12_conj, fq12_frobenius, fq12_inv, fq12_mul, fq12_scratch
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ...backends.cpu.field import fe_add, fe_copy, fe_double, fe_half, fe_mul, fe_neg, fe_set_one, fe_sqr, fe_sub
+from ...ff.field import fe_add, fe_copy, fe_double, fe_half, fe_mul, fe_neg, fe_set_one, fe_sqr, fe_sub
 from .curve import g2_psi
 from .tower import (
     fq2_mul_fq,

@@ -3,7 +3,7 @@
     Fq6 = Fq2[v] / (v^3 - xi),  xi = xi_re + u;   Fq12 = Fq6[w] / (w^2 - v)
 
 Elements are C-contiguous uint64 arrays in Montgomery form whose last axis is one Fq
-coefficient as N 64-bit limbs (``backends/cpu/field.py``): Fq2 ``(2, N)`` (re, im), Fq6
+coefficient as N 64-bit limbs (``ff/field.py``): Fq2 ``(2, N)`` (re, im), Fq6
 ``(3, 2, N)`` (the coefficients of 1, v, v^2), Fq12 ``(2, 3, 2, N)`` (of 1, w). An Fq12
 array so holds its coefficients in snarkjs's order (c0.a0.re, c0.a0.im, c0.a1.re, ...
 c1.a2.im), which is what ``cuzk.curves.tower`` reads and writes. Fq2 products, squares and
@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
-from ...backends.cpu.field import FieldConsts, _stack_array, fe_add, fe_copy, fe_double, fe_inv, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
+from ...ff.field import FieldConsts, _stack_array, fe_add, fe_copy, fe_double, fe_inv, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
 
 
 class TowerConsts(NamedTuple):

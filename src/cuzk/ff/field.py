@@ -1,4 +1,5 @@
-"""Montgomery arithmetic for the CPU backend, generic over the modulus.
+"""Montgomery arithmetic for every field of the project, generic over the modulus: the one implementation the
+CPU backend, the formats' checks (zkey coefficients, r1cs satisfaction) and the pairing all use.
 
 Layout: the project's field vectors are ``(n, limbs32)`` little-endian uint32 arrays
 (backends/base.py). On a little-endian machine the same bytes are ``(n, limbs32 // 2)``
@@ -45,8 +46,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ...curves.field import PrimeField
-from ...formats.parallel import parallel_kernel
+from ..curves.field import PrimeField
+from .parallel import parallel_kernel
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("cuzk's CPU backend reinterprets uint32 limb arrays as uint64 and needs a little-endian machine")
