@@ -29,7 +29,7 @@ from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
-from cuzk.prover.sizing import bases_bytes, proof_vram_bytes
+from cuzk.prover.sizing import MAX_PROOFS_PER_DEVICE, bases_bytes, proof_vram_bytes
 from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.prover.setup import setup
 from cuzk.server.metrics import DaemonMetrics
@@ -157,7 +157,8 @@ def test_an_msm_working_set_evicts_idle_resident_keys(circuits):
     keys.acquire("two", zkey).release()
     short = bases_bytes(zkey) // 2  # the MSM fits only once the key's bases are gone
     backend.vram.reserve(backend.vram.available_bytes - (whole_msm - short), "another tenant")
-    assert backend.msm.plan(BN254, "g1", zkey.n_vars) == zkey.n_vars  # whole, after evicting the idle key
+    with backend.msm.plan(BN254, "g1", zkey.n_vars) as plan:
+        assert plan.chunk == zkey.n_vars  # whole, after evicting the idle key
     assert keys.resident_names() == [] and keys.evictions == 1
 
 
@@ -228,7 +229,8 @@ def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, o
                           vram_budget=VramBudget(reference.msm_working_bytes(BN254, "g1", 16, buffers=2)))
     backend.attach_staging(PoolStaging(pool))
     backend.msm.overlap = overlap
-    assert backend.msm.plan(BN254, "g1", n) < n // 2  # several chunks
+    with backend.msm.plan(BN254, "g1", n) as plan:
+        assert plan.chunk < n // 2  # several chunks
     assert backend.msm_g1(BN254, zkey.a, scalars) == want
     stats = pool.stats()
     assert stats["in_use_buffers"] == 0 and stats["misses"] >= 1  # every staging buffer went back to the pool
@@ -297,7 +299,10 @@ def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
         assert [r.state for r in records] == [JobState.DONE] * len(jobs), [r.error for r in records]
         status = engine.status()
     provers = [w for w in status["workers"] if w["kind"] == "proving"]
-    assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    lanes = MAX_PROOFS_PER_DEVICE  # "auto": small keys on a 256 MiB device leave room for the most
+    assert status["config"]["proofs_per_device"] == [lanes, lanes]
+    assert [w["name"] for w in provers] == [f"prove-{d}-{k}" for d in (0, 1) for k in range(lanes)]
+    assert all(w["healthy"] for w in provers)
     assert status["budget"]["by_category"]["pinned"]["bytes"] > 0  # staging buffers, pooled and charged to the budget
     assert sum(w["jobs_done"] for w in provers) == len(jobs)
     metrics = DaemonMetrics(lambda: status).text()  # what /metrics shows per device (labels sorted by name)
@@ -481,7 +486,8 @@ def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
     resident = backend.upload_bases(BN254, "g1", zkey.a)
     want = backend.msm_g1(BN254, resident, scalars)
     small = CudaBackend(min_msm_chunk=8, vram_budget=VramBudget(backend.msm_working_bytes(BN254, "g1", 16, buffers=2), 0))
-    assert small.msm.plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
+    with small.msm.plan(BN254, "g1", zkey.n_vars) as plan:
+        assert plan.chunk < zkey.n_vars
     assert small.msm_g1(BN254, zkey.a, scalars) == want
     resident.free()
 

@@ -2,9 +2,10 @@
 
 The budget starts from what cudaMemGetInfo reports free when the backend is created,
 minus a margin (CUDA context growth, CuPy's pool rounding, other processes' small
-allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
-an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
-of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
+allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation,
+and so does everything a proof holds while it runs (its vectors, each MSM's working set: an
+MSM's chunk plan *is* its reservation), so the proofs several lanes run on one device at once
+never together exceed the budget, and nothing is launched to fail for lack of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
 reservation or a whole MSM's working set needs the room (``make_room``).
 """
 
@@ -73,9 +74,20 @@ class VramBudget:
             evictor.evict_idle(short)
         return self.available_bytes >= nbytes
 
-    def reserve(self, nbytes: int, what: str) -> "VramReservation":
+    def try_reserve(self, nbytes: int, what: str, evict: bool = True) -> "VramReservation | None":
+        """``reserve``, or None when the bytes do not fit (``evict``: idle holders may be evicted to make them fit)."""
+        if not evict and nbytes > self.available_bytes:
+            return None
+        try:
+            return self.reserve(nbytes, what, evict=evict)
+        except VramExhaustedError:
+            return None
+
+    def reserve(self, nbytes: int, what: str, evict: bool = True) -> "VramReservation":
+        """``nbytes`` held until released, checked and taken under the lock (so two callers never both fit in the
+        same room); idle holders are evicted first when they must be and ``evict`` allows."""
         nbytes = int(nbytes)
-        if nbytes > self.available_bytes:
+        if evict and nbytes > self.available_bytes:
             self.make_room(nbytes)
         with self._lock:
             if nbytes > self.total_bytes - self._reserved:
