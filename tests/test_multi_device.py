@@ -376,20 +376,26 @@ def test_a_poison_job_that_breaks_devices_takes_down_at_most_two(circuits, poiso
         good = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
         workers = proving_workers(engine)
     down = [w for w in workers if not w["healthy"]]
+    down_devices = sorted({w["device"] for w in down})
     assert bad.state is JobState.FAILED and "it hit 2 CUDA errors" in bad.error
-    assert [f"device {w['device']}:" in bad.error for w in down] == [True, True]  # two different devices, both named
+    assert len(down_devices) == 2 and all(f"device {d}:" in bad.error for d in down_devices)  # both named
+    assert len(down) == 2 * MAX_PROOFS_PER_DEVICE  # every worker of a failed device is out of service with it
     assert bad.error.count("self-test failed: CudaBackendError: emulated sticky fault") == 2
     assert all("self-test failed" in w["error"] for w in down)
     assert good.state is JobState.DONE, good.error
-    assert [w["jobs_done"] for w in workers if w["healthy"]] == [1]  # the third device proved the next job
+    healthy = [w for w in workers if w["healthy"]]
+    assert {w["device"] for w in healthy}.isdisjoint(down_devices)
+    assert sum(w["jobs_done"] for w in healthy) == 1  # the third device proved the next job
 
 
 def test_a_transient_device_error_requeues_the_job_and_keeps_the_device(circuits, tmp_path):
     with engine_with(tmp_path, circuits, [emulated(0, runtime=OnceFailingRuntime())]) as engine:
         record = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
-        [worker] = proving_workers(engine)
+        workers = proving_workers(engine)
     assert record.state is JobState.DONE, record.error
-    assert worker["healthy"] and worker["device_errors"] == 1 and worker["jobs_done"] == 1
+    assert all(w["healthy"] for w in workers) and sum(w["jobs_done"] for w in workers) == 1
+    [worker] = [w for w in workers if w["device_errors"]]
+    assert worker["device_errors"] == 1
     assert "unspecified launch failure" in worker["error"] and "self-test passed" in worker["error"]
 
 
@@ -416,7 +422,7 @@ def test_devices_setting_from_the_daemon_config(tmp_path):
     assert EngineConfig.from_mapping(tmp_path, {}).devices == "all"
 
 
-def test_synth_workers_auto_keeps_a_job_ready_for_every_device(tmp_path):
+def test_synth_workers_auto_keeps_a_job_ready_for_every_proving_slot(tmp_path):
     def workers(backends, **config) -> int:
         engine = Engine(EngineConfig(data_dir=tmp_path / f"d{len(backends)}{config}", budget_bytes=1 << 30, reconcile=False,
                                      measure_peaks=False, **config), backends=backends)
@@ -425,8 +431,10 @@ def test_synth_workers_auto_keeps_a_job_ready_for_every_device(tmp_path):
         finally:
             engine.stop()
 
-    assert workers([emulated(0), emulated(1)]) == 3  # one more than the devices
-    assert workers([emulated(0)]) == 2
+    lanes = MAX_PROOFS_PER_DEVICE
+    assert workers([emulated(0), emulated(1)]) == 2 * lanes + 1  # one more than the proofs the devices run at once
+    assert workers([emulated(0), emulated(1)], proofs_per_device=1) == 3
+    assert workers([emulated(0)]) == lanes + 1
     assert workers([get_backend("cpu")]) == 1  # CPU proving needs the cores synthesis would take
     assert workers([emulated(0), emulated(1)], synth_workers=5) == 5
     with pytest.raises(ValueError, match='synth_workers must be "auto" or a whole number'):

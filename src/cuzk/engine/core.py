@@ -58,9 +58,10 @@ Lock order (outermost first; a thread holding one only takes those below it):
 ``Admission._admitting`` → the key manager's locks → the budget's lock;
 ``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back);
 a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evictor's
-``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks.
-Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``,
-``DeviceErrorPolicy._lock``, each scheduler's condition, a lane's lock.
+``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
+the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
+Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
+schedulers' conditions, a lane's lock.
 No lock is held while a job's listener runs, while a worker waits for a stage, or while a
 lane waits for another lane's key upload.
 

@@ -15,6 +15,7 @@ device-error policy; its lock is a leaf in the engine's lock order.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import queue
@@ -131,8 +132,8 @@ class DeviceErrorPolicy:
 
     The device runs a self-test (an NTT and an MSM against the reference arithmetic), which
     tells a sick device from a job that trips a kernel bug: a device that fails it is out of
-    service, all its K workers with it (each stops at its next job, which it hands back); one
-    that passes keeps proving. The job goes back to the queue for any healthy device until it
+    service, all its K workers with it (those waiting for a job stop at once, those proving
+    after their proof); one that passes keeps proving. The job goes back to the queue for any healthy device until it
     has hit ``limit`` CUDA errors in all or no healthy device is left; then it fails with a
     reason naming each device, error and self-test, so a poison job takes at most ``limit``
     devices down.
@@ -166,7 +167,8 @@ class DeviceErrorPolicy:
         outcome = _self_test_outcome(problem)
         where = f"device {state.device}" if state.device is not None else f"worker {state.name}"
         job.device_errors.append((where, error, problem))
-        state.update(device_errors=state.device_errors + 1, error=f"{error} (job {job.id}; {outcome})")
+        state.update(device_errors=state.device_errors + 1, error=f"{error} (job {job.id}; {outcome})",
+                     healthy=state.healthy and problem is None)
         if problem is None:
             log.warning("%s (worker %s) hit a CUDA error on job %s but passed its self-test; it keeps proving: %s",
                         where, state.name, job.id, error, exc_info=exc)
@@ -191,12 +193,13 @@ class DeviceErrorPolicy:
     def _take_out_of_service(self, device: object, problem: str, failing: WorkerState) -> None:
         """Mark every worker of ``device`` unhealthy: none of them proves again."""
         with self._lock:
-            self._failed.setdefault(device, problem)
+            if device in self._failed:  # another of its workers took it out already
+                return
+            self._failed[device] = problem
         for prover in self.provers:
-            if prover is failing:
-                prover.update(healthy=False)
-            elif self._device_of(prover) == device:
+            if prover is not failing and self._device_of(prover) == device:
                 prover.update(healthy=False, error=f"device out of service: worker {failing.name}'s {_self_test_outcome(problem)}")
+        self.stages.ready.wake()  # its idle workers waiting for a job stop now
 
     def _failure_reason(self, job: LiveJob, healthy: bool) -> str:
         count = len(job.device_errors)
@@ -229,12 +232,16 @@ class DeviceWorker:
                 self.lane.close()
 
     def _serve(self) -> None:
+        out_of_service = functools.partial(self.device_errors.out_of_service, self.state)
         while True:
             try:
-                job_id, job = self.stages.ready.pop()
+                item = self.stages.ready.pop(give_up=out_of_service)  # woken when a worker's error takes the device down
             except SchedulerClosed:
                 return
-            if self.device_errors.out_of_service(self.state):  # another worker's error took the device down
+            if item is None:
+                return
+            job_id, job = item
+            if out_of_service():  # the device went down as this job was taken
                 self._hand_back(job)
                 return
             self.stages.slots.release()

@@ -172,25 +172,37 @@ class CudaMsm:
         Reserves the whole MSM's working set if it fits, idle resident keys evicted for it;
         else halves the chunk until its working set (scalars, sorted entries, bucket sums,
         partial sums, and two chunks of bases unless resident: one computing, one uploading)
-        fits in what is free, evicting nothing; raises VramExhaustedError when even
-        ``min_chunk`` points do not. Each try reserves or fails under the budget's lock, so
-        concurrent MSMs never plan with the same free bytes.
+        fits in what is free, evicting nothing. When even ``min_chunk`` points do not fit, it
+        waits for another MSM on the device (another lane's) to give its working set back and
+        plans again; VramExhaustedError when no other MSM holds any. Each try reserves or fails
+        under the budget's lock, so concurrent MSMs never plan with the same free bytes.
         """
         what = f"MSM working set ({n} {curve.name} {group.upper()} points)"
-        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident), what)
+        while True:
+            releases = self.vram.releases
+            plan = self._try_plan(curve, group, n, resident, what)
+            if plan is not None:
+                return plan
+            if not self.vram.wait_for_release(since=releases):
+                smallest = min(n, self.min_chunk)
+                need = self.working_bytes(curve, group, smallest, resident, buffers=1 if smallest == n else 2)
+                raise VramExhaustedError(
+                    f"MSM of {n} {curve.name} {group.upper()} points: {self.vram.available_bytes / 2**20:.2f} MiB of VRAM "
+                    f"budget left, too little for even {smallest} points ({need / 2**20:.2f} MiB)"
+                )
+
+    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str) -> MsmPlan | None:
+        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident), what, transient=True)
         if whole is not None:
             return MsmPlan(n, whole)
         chunk = min(n, (1 << 31) // 32)
         while True:
             need = self.working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
-            reservation = self.vram.try_reserve(need, what, evict=False)
+            reservation = self.vram.try_reserve(need, what, evict=False, transient=True)
             if reservation is not None:
                 return MsmPlan(chunk, reservation)
             if chunk <= min(n, self.min_chunk):
-                raise VramExhaustedError(
-                    f"MSM of {n} {curve.name} {group.upper()} points: {self.vram.available_bytes / 2**20:.2f} MiB of VRAM "
-                    f"budget left, too little for even {chunk} points ({need / 2**20:.2f} MiB)"
-                )
+                return None
             chunk = max(min(n, self.min_chunk), chunk // 2)
 
     # ---------------------------------------------------------------- the MSM
