@@ -244,6 +244,32 @@ def test_concurrent_msms_on_one_device_stay_within_its_budget(circuit):
     assert 0 < budget.peak <= budget.total_bytes and budget.reserved_bytes == 0
 
 
+class NoRoomForVectors(VramBudget):
+    """A budget that never has room for a proof's vectors (as when other lanes' proofs hold it), and logs the rest."""
+
+    def __init__(self, total_bytes: int):
+        super().__init__(total_bytes)
+        self.reserved: list[tuple[str, int]] = []
+
+    def reserve(self, nbytes, what, **options):
+        if what == "proof vectors":
+            raise VramExhaustedError("no room for them in this test")
+        self.reserved.append((what, nbytes))
+        return super().reserve(nbytes, what, **options)
+
+
+def test_a_proof_whose_vectors_do_not_fit_reserves_each_operations_copies(circuit):
+    zkey = read_zkey(circuit[0])
+    budget = NoRoomForVectors(256 * MiB)
+    backend = CudaBackend(runtime=HostRuntime(), vram_budget=budget)
+    proof = prove_synthesized(backend, zkey, synthesize_witness(zkey, read_wtns(circuit[1])))
+    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+    kinds = {what for what, _ in budget.reserved}
+    assert {"an Fr vector op's host operands and result", "an NTT's host vector"} <= kinds
+    tables = sum(n for what, n in budget.reserved if "twiddles" in what or "coset factors" in what)
+    assert budget.reserved_bytes == tables  # every operation's copies and MSM working set given back
+
+
 # ---------------------------------------------------------------- K from the VRAM budget
 def test_proofs_in_flight_fit_beside_the_largest_key(circuit):
     header = read_zkey(circuit[0])

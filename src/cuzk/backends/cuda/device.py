@@ -191,6 +191,13 @@ class CudaDevice:
             return self.runtime.to_device(np.ascontiguousarray(a)), True
         return self.xp.ascontiguousarray(a), False
 
+    def host_copies(self, arrays, what: str):
+        """Reserve, for the length of an operation, the device copies it makes of its host (numpy) ``arrays``: a proof
+        whose vectors did not fit on the device passes host vectors, and each operation copies them in and out. Waits
+        while other lanes' transient reservations (MSMs, such copies) leave no room; a no-op without host arrays."""
+        nbytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+        return self.vram.reserve_waiting(nbytes, what) if nbytes else contextlib.nullcontext()
+
     def result(self, dev, to_host: bool):
         """A result where the caller's input was: copied back to the host when it gave a host array."""
         return self.runtime.to_host(dev) if to_host else dev

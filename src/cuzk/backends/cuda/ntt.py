@@ -61,13 +61,14 @@ class CudaNtt:
         n = check_vector(a, limbs, "a")
         if b is not None and check_vector(b, limbs, "b") != n:
             raise CudaInputError(f"vectors differ in length: {n} and {b.shape[0]}")
-        da, host = self.gpu.device_view(a)
-        db = self.gpu.device_view(b)[0] if b is not None else da
-        out = self.xp.empty_like(da)
-        if n:
-            mod = self.runtime.module(curve, "ntt")
-            self.runtime.launch(mod, "fr_elementwise", grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
-        return self.gpu.result(out, host)
+        with self.gpu.host_copies((a, b, a), "an Fr vector op's host operands and result"):
+            da, host = self.gpu.device_view(a)
+            db = self.gpu.device_view(b)[0] if b is not None else da
+            out = self.xp.empty_like(da)
+            if n:
+                mod = self.runtime.module(curve, "ntt")
+                self.runtime.launch(mod, "fr_elementwise", grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
+            return self.gpu.result(out, host)
 
     def _pow_table(self, curve: Curve, base: int, count: int):
         """Device table of base^i (Montgomery) for i < count, computed on the device."""
@@ -128,6 +129,11 @@ class CudaNtt:
             raise CudaInputError(f"{curve.name} has no 2^{m} roots of unity (two-adicity {curve.fr_two_adicity})")
         if shift is not None and shift % curve.r == 0:
             raise CudaInputError("coset shift must be non-zero")
+        with self.gpu.host_copies((a,), "an NTT's host vector"):
+            return self._transform(curve, a, inverse, shift, m)
+
+    def _transform(self, curve: Curve, a, inverse: bool, shift: int | None, m: int):
+        n = 1 << m
         data, host = self.gpu.device_copy(a)
         if m == 0:
             return self.gpu.result(data, host)

@@ -106,6 +106,17 @@ class VramBudget:
             self._transient += nbytes if transient else 0
         return VramReservation(self, nbytes, transient)
 
+    def reserve_waiting(self, nbytes: int, what: str) -> "VramReservation":
+        """A transient reservation, waiting for other transient ones to end while it does not fit; VramExhaustedError
+        when it does not fit and none is held."""
+        while True:
+            since = self._releases
+            reservation = self.try_reserve(nbytes, what, transient=True)
+            if reservation is not None:
+                return reservation
+            if not self.wait_for_release(since):
+                return self.reserve(nbytes, what, transient=True)  # the error names the bytes, unless room came since
+
     @property
     def releases(self) -> int:
         """How many transient reservations have ended: read it before a try, then ``wait_for_release(since=...)``."""
