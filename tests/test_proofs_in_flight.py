@@ -91,6 +91,39 @@ class GateRuntime(HostRuntime):
         return super().launch(module, kernel, grid, block, args, shared_bytes)
 
 
+class InsideLanes:
+    """Counts the proofs inside their lanes on ``backend`` at once (``most``): wraps the lanes it makes."""
+
+    def __init__(self, backend):
+        self.inside = self.most = 0
+        self._lock = threading.Lock()
+        make = backend.new_lane
+        backend.new_lane = lambda: _CountedLane(make(), self)
+
+    def change(self, by: int) -> None:
+        with self._lock:
+            self.inside += by
+            self.most = max(self.most, self.inside)
+
+
+class _CountedLane:
+    def __init__(self, lane, counter: InsideLanes):
+        self.lane, self.counter = lane, counter
+
+    def __enter__(self):
+        self.counter.change(+1)
+        return self.lane.__enter__()
+
+    def __exit__(self, *exc):
+        try:
+            return self.lane.__exit__(*exc)
+        finally:
+            self.counter.change(-1)
+
+    def close(self) -> None:
+        self.lane.close()
+
+
 class Stream:
     def __init__(self, name: str):
         self.name = name
@@ -323,6 +356,7 @@ def test_k_proofs_overlap_on_one_device_and_snarkjs_accepts_them(circuit, tmp_pa
             (proving.add if state is JobState.PROVING else proving.discard)(job_id)
             most[0] = max(most[0], len(proving))
 
+    lanes = InsideLanes(device)
     engine = start_engine(tmp_path, circuit, [device], proofs_per_device=2)
     engine.add_listener(track)
     with engine:
@@ -332,6 +366,7 @@ def test_k_proofs_overlap_on_one_device_and_snarkjs_accepts_them(circuit, tmp_pa
     assert [r.state for r in records] == [JobState.DONE] * 4, [r.error for r in records]
     assert runtime.met == {"cuzk-prove-0-0", "cuzk-prove-0-1"}  # both lanes were inside an MSM at once
     assert most[0] >= 2  # two jobs PROVING on the one device at once (a proved one stays so until it is verified)
+    assert lanes.most == 2  # and two proofs inside their lanes at once
     provers = [w for w in status["workers"] if w["kind"] == "proving"]
     assert all(w["jobs_done"] > 0 for w in provers) and sum(w["jobs_done"] for w in provers) == 4
     [state] = status["devices"]
@@ -402,25 +437,16 @@ def test_gpu_three_proofs_in_flight_on_one_device_verify(tmp_path):
     d.mkdir()
     r1cs, wtns = write_synthetic(d, synthesize(BN254, 1 << 15, n_public=2, seed=5))
     setup(r1cs, d / "circuit.zkey")
-    proving: set[str] = set()
-    most = [0]
-    lock = threading.Lock()
-
-    def track(job_id: str, state: JobState) -> None:
-        with lock:
-            (proving.add if state is JobState.PROVING else proving.discard)(job_id)
-            most[0] = max(most[0], len(proving))
-
-    config = EngineConfig(data_dir=tmp_path / "data", backend="cuda", devices=[0], proofs_per_device=3, reconcile=False,
-                          keys={"c": str(d / "circuit.zkey")})
-    with Engine(config) as engine:
-        engine.add_listener(track)
+    device = CudaBackend(device=0)
+    lanes = InsideLanes(device)
+    config = EngineConfig(data_dir=tmp_path / "data", proofs_per_device=3, reconcile=False, keys={"c": str(d / "circuit.zkey")})
+    with Engine(config, backends=[device]) as engine:
         assert engine.status()["config"]["proofs_per_device"] == [3]
         jobs = [engine.submit("c", wtns.read_bytes()) for _ in range(12)]
         records = [engine.await_result(j, timeout=600) for j in jobs]
         status = engine.status()
     assert all(r.state is JobState.DONE for r in records), [r.error for r in records]  # self-verified by the engine
-    assert most[0] >= 2, "no two proofs were ever in flight on the device at once"
+    assert lanes.most >= 2, "no two proofs were ever in flight on the device at once"
     provers = [w for w in status["workers"] if w["kind"] == "proving"]
     assert [w["name"] for w in provers] == ["prove-0-0", "prove-0-1", "prove-0-2"]
     [device] = status["devices"]
