@@ -133,10 +133,10 @@ class DeviceErrorPolicy:
     The device runs a self-test (an NTT and an MSM against the reference arithmetic), which
     tells a sick device from a job that trips a kernel bug: a device that fails it is out of
     service, all its K workers with it (those waiting for a job stop at once, those proving
-    after their proof); one that passes keeps proving. The job goes back to the queue for any healthy device until it
-    has hit ``limit`` CUDA errors in all or no healthy device is left; then it fails with a
-    reason naming each device, error and self-test, so a poison job takes at most ``limit``
-    devices down.
+    after their proof); one that passes keeps proving. The job goes back to the queue for any
+    healthy device until it has hit ``limit`` CUDA errors in all or no healthy device (not
+    worker) is left; then it fails with a reason naming each device, error and self-test, so
+    a poison job takes at most ``limit`` devices down.
     """
 
     def __init__(self, limit: int, provers: list[WorkerState], stages: Stages, tracker: JobTracker):
