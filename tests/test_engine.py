@@ -29,7 +29,7 @@ from cuzk.prover.sizing import host_working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
-from cuzk.keys.manager import KeyTier, footprint, load_peak
+from cuzk.keys.host import KeyTier, footprint, load_peak
 from cuzk.memory.budget import MemoryBudget
 from cuzk.prover.groth16 import ProvingError
 from cuzk.prover.setup import setup

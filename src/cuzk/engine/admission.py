@@ -22,7 +22,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..keys.manager import KeyLease, KeyManager, KeyTier, footprint
+from ..keys.host import KeyTier, footprint
+from ..keys.manager import KeyLease, KeyManager
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.process import PeakProbe, return_free_heap
 from ..memory.runtime import RuntimeReservation

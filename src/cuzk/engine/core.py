@@ -88,7 +88,8 @@ from typing import Any
 
 from ..backends.base import is_device_backend
 from ..formats.wtns import read_wtns
-from ..keys.manager import KeyManager, KeyTier
+from ..keys.host import KeyTier
+from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
@@ -235,7 +236,7 @@ class Engine:
 
     def _worker(self, name: str, kind: str, backend=None) -> WorkerState:
         device = backend.device if is_device_backend(backend) else None
-        state = WorkerState(name, kind, backend=getattr(backend, "name", None), device=device)
+        state = WorkerState(name, kind, backend=backend.name if backend is not None else None, device=device)
         self._workers.append(state)
         return state
 
@@ -460,7 +461,7 @@ class Engine:
             },
             "workers": [w.snapshot() for w in self._workers],
             "peaks": self.admission.peaks,
-            "config": {"backend": [getattr(b, "name", str(b)) for b in self.backends], "verify": self.config.verify,
+            "config": {"backend": [b.name for b in self.backends], "verify": self.config.verify,
                        "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
                        "key_tier": self.config.key_tier,
                        "data_dir": str(self.config.data_dir)},

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..formats.errors import FormatError
-from ..keys.manager import KeyLoadCancelled, KeyManagerError
+from ..keys.errors import KeyLoadCancelled, KeyManagerError
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis
 from .jobs import JobError, JobRecord, JobState, UnknownJobError
 from .journal import Journal

@@ -12,17 +12,9 @@ Tiers (``KeyTier``):
   on eviction the mapping is dropped and the kernel is asked to drop the file's pages
   (``posix_fadvise(DONTNEED)``) so the charge really goes away. The only gain of warm over
   hot is the load time (no copy); it is what you want for a key you might use.
-- **hot** — resident in host memory we own: one page-aligned anonymous mapping holding
-  every big section (coefficients, IC, A, B1, B2, C, H). Loading reserves the true peak
-  *before* reading — the page-rounded section sizes plus one read chunk — then streams the
-  file straight into the final buffer with ``readinto``, dropping each chunk's page cache
-  behind it, so the peak is final size + one chunk, never file + copy. (Measured on the
-  19 MB sha256 key: RSS grew by the footprint + 0.6 MB and the file's page cache went from
-  fully cached to nothing. Pages of a file written moments ago are still dirty and are
-  dropped only after writeback.) The chunk's share
-  of the reservation is released when the load ends. The buffer comes from ``memory.pinned``'s
-  allocator: page-locked where CUDA exists (DMA straight from it), page-aligned anonymous
-  memory otherwise; it is the key's own allocation, reserved under ``key``, not a pool loan.
+- **hot** — resident in host memory we own: one page-aligned buffer holding every big
+  section, streamed in from the file with a peak of final size + one chunk (``keys.host``).
+  The buffer is the key's own allocation, reserved under ``key``, not a pool loan.
 
 Keys in use are reference-counted through ``KeyLease`` (``acquire`` … ``lease.release()``
 or a ``with`` block). An idle key (no lease) is evicted — least recently used first — when
@@ -46,166 +38,32 @@ MSM bases resident on the backend's device — uploaded once per device, kept ac
 counted while in use, LRU-evicted by that device's VRAM budget — or the host key when they
 do not fit. ``status()`` lists each key's residency per device.
 
-Footprints are computed from the header alone (``footprint``), so the engine can refuse a
-job that could never fit before it loads anything.
+Footprints are computed from the header alone (``keys.host.footprint``), so admission can
+refuse a job that could never fit before it loads anything.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from ..backends.base import Backend, DeviceBackend, is_device_backend
-from ..backends.cpu.synth import row_order_bytes
-from ..formats import zkey as zkey_format
-from ..formats.binfile import BinFile
 from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
 from .device import DeviceKeyLease, DeviceKeys
+from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
+from .host import PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_hot, load_peak
 
 log = logging.getLogger(__name__)
 
-PAGE = mmap.PAGESIZE
 DEFAULT_CHUNK_BYTES = 64 * MiB
-
-# ZKey array name → (section type, offset of the array inside the section's payload).
-_SECTIONS = {
-    "ic": (zkey_format.IC, 0),
-    "coeffs": (zkey_format.COEFFS, 4),  # after the u32 entry count
-    "a": (zkey_format.POINTS_A, 0),
-    "b1": (zkey_format.POINTS_B1, 0),
-    "b2": (zkey_format.POINTS_B2, 0),
-    "c": (zkey_format.POINTS_C, 0),
-    "h": (zkey_format.POINTS_H, 0),
-}
-
-
-class KeyManagerError(ValueError):
-    """A request the key manager cannot honour; the message names the key."""
-
-
-class UnknownKeyError(KeyManagerError):
-    def __init__(self, name: str, known: list[str]):
-        listing = ", ".join(known) if known else "none registered"
-        super().__init__(f"unknown circuit key {name!r} (known: {listing})")
-        self.name = name
-
-
-class KeyInUseError(KeyManagerError):
-    pass
-
-
-class KeyLoadCancelled(Exception):
-    """The caller's cancel check fired while waiting for room to load a key."""
-
-
-class KeyTier(str, Enum):
-    COLD = "cold"
-    WARM = "warm"
-    HOT = "hot"
-
-
-def _page_round(n: int) -> int:
-    return -(-n // PAGE) * PAGE
-
-
-def array_shapes(header: ZKeyHeader) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
-    """dtype and shape of each big ZKey array, as ``read_zkey`` returns them."""
-    lq = header.limbs_q
-    u32 = np.dtype("<u4")
-    return {
-        "ic": (u32, (header.n_public + 1, 2, lq)),
-        "coeffs": (zkey_format.coeff_dtype(header.n8r), (header.n_coeffs,)),
-        "a": (u32, (header.n_vars, 2, lq)),
-        "b1": (u32, (header.n_vars, 2, lq)),
-        "b2": (u32, (header.n_vars, 2, 2, lq)),
-        "c": (u32, (header.n_vars - header.n_public - 1, 2, lq)),
-        "h": (u32, (header.domain_size, 2, lq)),
-    }
-
-
-def hot_layout(header: ZKeyHeader) -> tuple[dict[str, int], int]:
-    """Page-aligned offset of each array in the hot buffer, and the buffer's size."""
-    offsets, pos = {}, 0
-    for name, nbytes in header.section_nbytes().items():
-        offsets[name] = pos
-        pos += _page_round(nbytes)
-    return offsets, pos
-
-
-def footprint(header: ZKeyHeader, tier: KeyTier) -> int:
-    """Bytes a key holds in the budget at ``tier`` (the steady state, without the load chunk): its
-    sections (mapped or resident), and the (matrix, row) order synthesis derives once per loaded key."""
-    if tier is KeyTier.COLD:
-        return 0
-    order = _page_round(row_order_bytes(header.n_coeffs))
-    if tier is KeyTier.WARM:
-        return sum(header.section_nbytes().values()) + order
-    return hot_layout(header)[1] + order
-
-
-def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int) -> int:
-    """Bytes reserved while loading to ``tier``: the footprint, plus one chunk of page cache for a hot load."""
-    if tier is KeyTier.HOT:
-        return footprint(header, tier) + min(chunk_bytes, max(header.section_nbytes().values()))
-    return footprint(header, tier)
-
-
-def _drop_page_cache(path: Path) -> None:
-    """Ask the kernel to forget the file's clean cached pages (uncharging them from our cgroup)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-class HostBuffer:
-    """One allocation from a host allocator (pinned where CUDA exists), carved into the key's arrays.
-
-    ``close`` frees it only when no array over it is still alive: every view numpy derives
-    from ``_array`` (slices, reshapes, dtype views) references it directly, so its reference
-    count tells whether anyone still looks at the memory (CPython semantics).
-    """
-
-    def __init__(self, nbytes: int, allocator: HostAllocator):
-        self.nbytes = nbytes
-        self._allocator = allocator
-        self._array, self._handle = allocator.allocate(max(nbytes, PAGE))
-
-    def array(self, offset: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-        count = int(np.prod(shape, dtype=object))
-        return self._array[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape)
-
-    def view(self, offset: int, nbytes: int) -> memoryview:
-        return memoryview(self._array[offset : offset + nbytes])
-
-    def close(self) -> bool:
-        """Free the memory; False (nothing freed) while an array over it is still referenced."""
-        if self._array is None:
-            return True
-        if sys.getrefcount(self._array) > 2:  # our attribute + the argument
-            return False
-        self._array = None
-        self._allocator.free(self._handle)
-        self._handle = None
-        return True
-
 
 @dataclass
 class _Entry:
@@ -423,7 +281,8 @@ class KeyManager:
         t0 = time.perf_counter()
         try:
             if tier is KeyTier.HOT:
-                zkey, buffer = self._load_hot(entry, reservation)
+                zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
+                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the chunk's page cache is gone
             else:
                 zkey, buffer = read_zkey(entry.path), None
         except BaseException:
@@ -444,46 +303,6 @@ class KeyManager:
                 return self.budget.acquire(nbytes, "key", timeout=0.2, label=label)
             except AcquireTimeout:
                 continue
-
-    def _load_hot(self, entry: _Entry, reservation: Reservation) -> tuple[ZKey, HostBuffer]:
-        header = entry.header
-        offsets, total = hot_layout(header)
-        sizes = header.section_nbytes()
-        sections = {s.type: s for s in header.sections}
-        buffer = HostBuffer(total, self.allocator)
-        try:
-            with open(entry.path, "rb", buffering=0) as f:
-                fd = f.fileno()
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                for name, (stype, skip) in _SECTIONS.items():
-                    file_pos = sections[stype].offset + skip
-                    self._stream(f, fd, file_pos, buffer.view(offsets[name], sizes[name]), entry.path)
-            shapes = array_shapes(header)
-            arrays = {name: buffer.array(offsets[name], *shapes[name]) for name in _SECTIONS}
-            for arr in arrays.values():
-                arr.flags.writeable = False
-            zkey = ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, **arrays)
-            with BinFile(entry.path, "zkey", zkey_format.ZKEY_MAX_VERSION, zkey_format.SECTION_NAMES) as f:
-                zkey_format.check_coeffs(f, header, zkey.coeffs)
-        except BaseException:
-            arrays = zkey = None
-            buffer.close()
-            raise
-        _drop_page_cache(entry.path)  # the header and table pages read outside the stream too
-        reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the chunk's page cache is gone
-        return zkey, buffer
-
-    def _stream(self, f, fd: int, file_pos: int, dest: memoryview, path: Path) -> None:
-        """Read ``len(dest)`` bytes from ``file_pos`` into ``dest`` chunk by chunk, dropping each chunk's page cache."""
-        f.seek(file_pos)
-        done = 0
-        while done < len(dest):
-            n = min(self.chunk_bytes, len(dest) - done)
-            got = f.readinto(dest[done : done + n])
-            if not got:
-                raise KeyManagerError(f"{path}: file ended at byte {file_pos + done} while loading (truncated since registration?)")
-            os.posix_fadvise(fd, file_pos + done, got, os.POSIX_FADV_DONTNEED)
-            done += got
 
     # ---- eviction -----------------------------------------------------------------------
     def evict(self, name: str) -> int:
@@ -573,7 +392,7 @@ class KeyManager:
 
     def _free(self, path: Path, buffer: HostBuffer | None, reservation: Reservation) -> None:
         if buffer is None:  # warm: unmapped when the views die; then the cached pages can go
-            _drop_page_cache(path)
+            drop_page_cache(path)
             reservation.release()
         elif buffer.close():
             reservation.release()

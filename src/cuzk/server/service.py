@@ -22,7 +22,7 @@ import grpc
 from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..engine.jobs import JobRecord, UnknownJobError
 from ..engine.journal import RequestIdConflict
-from ..keys.manager import KeyInUseError, UnknownKeyError
+from ..keys.errors import KeyInUseError, UnknownKeyError
 from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc

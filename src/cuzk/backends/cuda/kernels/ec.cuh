@@ -68,12 +68,7 @@ struct XYZZ {
             if (r.is_zero()) return dbl_affine(x2, y2);
             return infinity();
         }
-        const F pp = p.sqr();
-        const F ppp = p * pp;
-        const F q = x * pp;
-        const F x3 = r.sqr() - ppp - q.dbl();
-        const F y3 = r * (q - x3) - y * ppp;
-        return {x3, y3, zz * pp, zzz * ppp};
+        return sum(x, y, p, r, zz, zzz);
     }
 
     // this + o (add-2008-s).
@@ -90,12 +85,18 @@ struct XYZZ {
             if (r.is_zero()) return dbl();
             return infinity();
         }
+        return sum(u1, s1, p, r, zz * o.zz, zzz * o.zzz);
+    }
+
+    // The common end of both additions (add-2008-s): u1, s1 the first operand's scaled x and y,
+    // p = u2 − u1 ≠ 0, r = s2 − s1, zz and zzz the products of the operands' ZZ and ZZZ.
+    CUZK_HD static XYZZ sum(const F& u1, const F& s1, const F& p, const F& r, const F& zz, const F& zzz) {
         const F pp = p.sqr();
         const F ppp = p * pp;
         const F q = u1 * pp;
         const F x3 = r.sqr() - ppp - q.dbl();
         const F y3 = r * (q - x3) - s1 * ppp;
-        return {x3, y3, zz * o.zz * pp, zzz * o.zzz * ppp};
+        return {x3, y3, zz * pp, zzz * ppp};
     }
 
     // k·this for a small public k (double-and-add from the top bit).
