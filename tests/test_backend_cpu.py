@@ -202,10 +202,19 @@ GROUPS = [(c, g) for c in CURVES for g in ("G1", "G2")]
 GROUP_IDS = [f"{c.name}-{g}" for c, g in GROUPS]
 
 
+@pytest.fixture(params=["jacobian", "batch_affine"])
+def msm_path(request, monkeypatch):
+    """Both MSM plans on small inputs: with no "small" sizes they take the batched affine plan too."""
+    if request.param == "batch_affine":
+        monkeypatch.setattr(msm, "SMALL_MSM_POINTS", 0)
+        monkeypatch.setattr(msm, "BIT_MSM_POINTS", 0)
+    return request.param
+
+
 @pytest.mark.parametrize(("curve", "group"), GROUPS, ids=GROUP_IDS)
-@SETTINGS
+@settings(SETTINGS, suppress_health_check=[*SETTINGS.suppress_health_check, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
-def test_msm_small_matches_reference(curve, group, data):
+def test_msm_small_matches_reference(curve, group, msm_path, data):
     G, r = getattr(curve, group), curve.r
     n = data.draw(st.integers(1, 6))
     ks = data.draw(st.lists(st.sampled_from([0, 1, 2, 3, r - 1, 12345]), min_size=n, max_size=n))  # base multiples (0: infinity)
@@ -226,7 +235,7 @@ def chain(G, step, n: int):
 
 @pytest.mark.parametrize(("curve", "group"), GROUPS, ids=GROUP_IDS)
 @pytest.mark.parametrize("n", [1, 2, 17, 300])
-def test_msm_matches_closed_form(curve, group, n):
+def test_msm_matches_closed_form(curve, group, n, msm_path):
     """Bases i·S give Σ s_i·P_i = (Σ s_i·k_i)·S: an exact check at sizes the reference MSM is too slow for."""
     G, r = getattr(curve, group), curve.r
     rng = random.Random(n)
@@ -244,7 +253,7 @@ def test_msm_matches_closed_form(curve, group, n):
 
 
 @pytest.mark.parametrize("group", ["G1", "G2"])
-def test_msm_all_equal_bases_and_opposite_scalars(group):
+def test_msm_all_equal_bases_and_opposite_scalars(group, msm_path):
     """Bucket sums meet P + P (doubling) and P + (−P) (infinity) here."""
     curve = BN254
     G, r = getattr(curve, group), curve.r
@@ -266,6 +275,36 @@ def test_msm_5000_with_booleans_and_full_scalars(curve, group):
     for scalars in ([rng.randrange(2) for _ in range(n)], [rng.randrange(r) for _ in range(n)]):
         expected = G.mul(step, sum((i + 1) * c for i, c in enumerate(scalars)) % r)
         assert run_msm(curve, group, points, scalars) == expected
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_g1_msm_matches_reference(curve, msm_path, data):
+    """A verifier's public-input combination: a few points, cancellations, small and full scalars."""
+    n = data.draw(st.integers(0, 12))
+    ks = data.draw(st.lists(st.integers(0, 50), min_size=n, max_size=n))
+    points = [None if k == 0 else curve.G1.mul(curve.G1.generator, k) for k in ks]
+    if n >= 2:
+        points[-1] = curve.G1.neg(points[0]) if points[0] is not None else None  # cancellations
+    scalar_range = data.draw(st.sampled_from([(0, 1), (0, 15), (0, curve.r - 1)]))
+    scalars = data.draw(st.lists(st.integers(*scalar_range), min_size=n, max_size=n))
+    assert run_msm(curve, "G1", points, scalars) == curve.G1.msm(points, scalars)
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+def test_g1_msm_many_points_with_bit_scalars(curve, msm_path):
+    """The sha256 corpus circuit's shape: hundreds of 0/1 public signals."""
+    G = curve.G1.generator
+    points, P = [], G
+    for _ in range(300):
+        points.append(P)
+        P = curve.G1.add(P, G)
+    rng = random.Random(11)
+    bits = [rng.randrange(2) for _ in points]
+    expected = curve.G1.mul(G, sum((i + 1) * b for i, b in enumerate(bits)))
+    assert run_msm(curve, "G1", points, bits) == expected
+    assert run_msm(curve, "G1", points, [0] * 300) is None
 
 
 def test_msm_window_plan():

@@ -203,6 +203,9 @@ def test_bench_on_the_bundled_example_starts_a_daemon_and_reports(tmp_path, caps
     console.print(*render(report, out))
     text = console.file.getvalue()
     assert f"{report['proofs_per_s']:.3f} proofs/s" in text and "end to end" in text and "0 OOM recoveries" in text
+    # A CPU daemon: no GPU figures, and the table says why, once.
+    assert (report["gpu"]["sampling"], report["gpu"]["devices"]) == ("off", [])
+    assert text.count("GPU sampling  off (the daemon proves on the CPU)") == 1
     assert metrics["proofs_by_worker"] == {"prove-0 (cpu)": 5} and "provers" not in text  # one prover: no split to show
     report["daemon_metrics"]["proofs_by_worker"] = {"prove-0 (0)": 3, "prove-1 (1)": 2}  # as two GPUs report it
     console = Console(width=160, file=io.StringIO())

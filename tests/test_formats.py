@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, SNARKJS, snarkjs_available, snarkjs_verify
+from cuzk.backends.cpu.field import as_u64, field_consts, fp_scale_vec
 from cuzk.curves import BLS12_381, BN254, Curve
 from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
-from cuzk.formats._montgomery import mont_mul_rows_by_constant, montgomery_constants
 from cuzk.formats.binfile import BinFile, write_binfile
 from cuzk.formats.json_io import (
     Groth16Proof,
@@ -217,7 +217,7 @@ def test_montgomery_kernel_matches_plain_ints(curve, data):
         xs = data.draw(st.lists(st.integers(0, p - 1), min_size=1, max_size=10)) + [0, 1, p - 1]
         k = data.draw(st.integers(0, p - 1))
         out = np.empty((len(xs), L), dtype=np.uint32)
-        mont_mul_rows_by_constant(ints_to_limbs(xs, L), ints_to_limbs([k], L)[0], *montgomery_constants(p, L), out)
+        fp_scale_vec(as_u64(ints_to_limbs(xs, L)), as_u64(ints_to_limbs([k], L))[0], as_u64(out), field_consts(F))
         assert limbs_to_ints(out) == [x * k * F.R_inv % p for x in xs]
 
 

@@ -103,7 +103,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """A rich progress bar on stderr: jobs finished, rate, memory, OOM recoveries."""
+    """A rich progress bar on stderr: jobs finished, rate, memory, each GPU's utilization, OOM recoveries."""
 
     def __init__(self, console, total: int):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -128,6 +128,9 @@ class _Progress:
             info.append(f"charged {format_size(sample.charged_bytes)} of budget {format_size(sample.budget_total_bytes)}")
         elif sample is not None:
             info.append("engine restarting")
+        if sample is not None and sample.gpus:
+            info.append("GPU busy " + ", ".join("-" if r.utilization_percent is None else f"{r.utilization_percent:.0f} %"
+                                                for _, r in sorted(sample.gpus.items())))
         if run.sampler is not None and run.sampler.tracker.oom_recoveries:
             info.append(f"OOM recoveries {run.sampler.tracker.oom_recoveries}")
         self._progress.update(self._task, completed=done, description=run.phase, info="  ".join(info))

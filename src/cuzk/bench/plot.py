@@ -1,10 +1,11 @@
-"""The memory timeline as a picture: memory on top, each job's phases below, on one time axis.
+"""The memory timeline as a picture: memory on top, the GPUs below it, each job's phases at the bottom, on one time axis.
 
 Top: what is reserved, stacked by category, with the untracked memory on top of it (so the
 stack reaches what the kernel charges); lines for the limit, the budget (total and
 effective) and the charged memory. Engine deaths are red lines, the time without an engine
-is shaded. Bottom: one row per job, coloured by phase (queue, synthesis, waiting for a
-prover, prove, verify); warm-up jobs are drawn paler.
+is shaded. Where NVML read the daemon's GPUs: each one's utilization (a step over the time
+each reading covers) and its VRAM used against its total. Bottom: one row per job, coloured by
+phase (queue, synthesis, waiting for a prover, prove, verify); warm-up jobs are drawn paler.
 """
 
 from __future__ import annotations
@@ -35,6 +36,28 @@ def _segments(job: dict[str, Any]) -> list[tuple[str, float, float]]:
     return [(p, a, b) for p, a, b in out if b > a]
 
 
+def _plot_gpus(axu, axm, gpus: list[dict[str, Any]]) -> None:
+    """Utilization (each reading drawn over the time since the one before, as the busy fraction counts it) and VRAM."""
+    import matplotlib.pyplot as plt
+
+    colours = plt.get_cmap("tab10").colors
+    for i, d in enumerate(gpus):
+        colour, samples = colours[i % len(colours)], d["samples"]
+        busy = "" if d["busy_fraction"] is None else f", busy {d['busy_fraction'] * 100:.0f} % measured"
+        percent = [float("nan") if v is None else v for v in samples["utilization_percent"]]
+        axu.step(samples["t_s"], percent, where="pre", color=colour, lw=1.2, label=f"GPU {d['device']}{busy}")
+        used = [float("nan") if v is None else v / GiB for v in samples["memory_used_bytes"]]
+        axm.plot(samples["t_s"], used, color=colour, lw=1.2, label=f"GPU {d['device']} used")
+        axm.axhline(d["memory_total_bytes"] / GiB, color=colour, lw=0.8, ls="--", label=f"GPU {d['device']} total")
+    axu.set_ylabel("GPU busy %")
+    axu.set_ylim(0, 105)
+    axm.set_ylabel("VRAM GiB")
+    axm.set_ylim(bottom=0)
+    for a in (axu, axm):
+        a.grid(alpha=0.3)
+        a.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+
+
 def plot_timeline(path: Path, result: BenchResult) -> None:
     """Draw ``result``'s timeline into the PNG file ``path``; the jobs' phases and the run's figures are the report's."""
     import matplotlib
@@ -55,7 +78,13 @@ def plot_timeline(path: Path, result: BenchResult) -> None:
         return np.array([np.nan if v is None else v / unit for v in values], dtype=float)
 
     t = np.array([s.t_s for s in samples])
-    fig, (ax, axj) = plt.subplots(2, 1, sharex=True, figsize=(12, 8), height_ratios=[3, 2], layout="constrained")
+    gpus = report["gpu"]["devices"]
+    heights = [3, 1.5, 1.5, 2] if gpus else [3, 2]
+    fig, axes = plt.subplots(len(heights), 1, sharex=True, figsize=(12, 11 if gpus else 8), height_ratios=heights,
+                             layout="constrained")
+    ax, axj = axes[0], axes[-1]
+    if gpus:
+        _plot_gpus(axes[1], axes[2], gpus)
 
     cats = categories(samples)
     layers = [series([s.reserved_by_category.get(c, 0) if s.engine_up else None for s in samples]) for c in cats]
@@ -76,17 +105,17 @@ def plot_timeline(path: Path, result: BenchResult) -> None:
                     label="charged (kernel, read by the bench)")
     down = [s.t_s for s in samples if not s.engine_up]
     for x in down:
-        for a in (ax, axj):
+        for a in axes:
             a.axvspan(x - result.options.sample_interval / 2, x + result.options.sample_interval / 2, color="#fbb4b9", alpha=0.3, lw=0)
     for event in report["oom"]["events"]:
         x = event["died_at"] - result.started_unix
-        for a in (ax, axj):
+        for a in axes:
             a.axvline(x, color="#d7191c", lw=1.5)
         ax.text(x, 0.98, " OOM kill" if event["oom_kill"] else " engine died", transform=ax.get_xaxis_transform(),
                 color="#d7191c", va="top")
     measure_start = report["timeline"]["measure_started_t_s"]
     if measure_start:
-        for a in (ax, axj):
+        for a in axes:
             a.axvline(measure_start, color="grey", lw=1, ls=":")
     ax.set_ylabel(unit_name)
     ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.08)

@@ -12,11 +12,16 @@ waiting for both):
 - prove: the NTT/MSM/blinding timings (everything the engine timed that is not another phase);
 - verify: the self-check of the proof;
 - end to end: the client's submit call → the await returning, as a caller sees it.
+
+A GPU's busy fraction is the time-weighted mean of its NVML utilization/100 over the measured
+window (first measured submit to last measured completion, what the throughput covers): each
+reading covers the time since the reading before it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -138,6 +143,42 @@ def memory_summary(result: BenchResult) -> dict[str, Any]:
     return out
 
 
+def busy_fraction(readings: list[tuple[float, float | None]], start: float, end: float) -> float | None:
+    """Time-weighted mean of utilization/100 over [start, end]; (t, percent) covers the time since the reading before.
+
+    None where no reading covers any of the window; a reading of None (NVML did not answer) counts for nothing."""
+    covered = busy = 0.0
+    for (before, _), (t, percent) in zip(readings, readings[1:]):
+        overlap = min(t, end) - max(before, start)
+        if overlap > 0 and percent is not None:
+            covered += overlap
+            busy += overlap * percent / 100
+    return busy / covered if covered else None
+
+
+def gpu_summary(result: BenchResult) -> dict[str, Any]:
+    """Each GPU the samples read: its busy fraction over the measured window, its VRAM peak, its readings (columns)."""
+    setup = result.gpu
+    start, end = result.measure_started_t, result.measure_ended_t
+    devices = []
+    for device in setup.devices:
+        readings = [(s.t_s, s.gpus.get(device.ordinal)) for s in result.samples]
+        read = [(t, r) for t, r in readings if r is not None]
+        used = [(r.memory_used_bytes, t) for t, r in read if r.memory_used_bytes is not None]
+        peak, peak_t = max(used, default=(None, None))
+        busy = None if start is None or end is None else busy_fraction(
+            [(t, None if r is None else r.utilization_percent) for t, r in readings], start, end)
+        devices.append({
+            "device": device.ordinal, **{k: v for k, v in asdict(device).items() if k != "ordinal"},
+            "busy_fraction": busy, "vram_peak_bytes": peak, "vram_peak_t_s": None if peak_t is None else round(peak_t, 3),
+            "samples": {"t_s": [round(t, 3) for t, _ in read], **{name: [getattr(r, name) for _, r in read]
+                                                                   for name in ("utilization_percent", "memory_used_bytes", "sm_clock_mhz")}},
+        })
+    return {"sampling": "off" if setup.off_reason else "on", "off_reason": setup.off_reason,
+            "visible_devices": setup.visible_devices, "environment_source": setup.environment_source,
+            "busy_window_t_s": None if start is None or end is None else [start, end], "devices": devices}
+
+
 def build_report(result: BenchResult) -> dict[str, Any]:
     opts = result.options
     jobs_info = result.engine_jobs
@@ -194,6 +235,7 @@ def build_report(result: BenchResult) -> dict[str, Any]:
         "latency_by_circuit": {c: latency_stats(v) for c, v in by_circuit.items()},
         "key_loads": {"count": sum(e["loads"] for e in key_loads), "events": key_loads},
         "memory": memory_summary(result),
+        "gpu": gpu_summary(result),
         "oom": {"recoveries": sum(r.oom_kill for r in recoveries), "oom_kills": result.oom_kills,
                 "restarts": len(recoveries), "max_oom_retries": opts.max_oom_retries,
                 "events": [r.to_dict() for r in recoveries]},
@@ -238,6 +280,14 @@ def render(report: dict[str, Any], out_dir) -> list:
     by_worker = report.get("daemon_metrics", {}).get("proofs_by_worker")
     if by_worker and len(by_worker) > 1:  # one line per GPU: how the work was shared (the engine's counts, warm-ups included)
         head.add_row("provers", ", ".join(f"{name}: {count}" for name, count in sorted(by_worker.items())))
+    gpu = report["gpu"]
+    if gpu["off_reason"]:
+        head.add_row("GPU sampling", f"off ({gpu['off_reason']})")
+    for d in gpu["devices"]:
+        busy = "-" if d["busy_fraction"] is None else f"{d['busy_fraction'] * 100:.0f} %"
+        peak = "-" if d["vram_peak_bytes"] is None else format_size(d["vram_peak_bytes"])
+        head.add_row(f"GPU {d['device']}", f"busy {busy} (NVML, over the measured window), VRAM peak {peak} of "
+                     f"{format_size(d['memory_total_bytes'])}; {d['name']}, NVML index {d['nvml_index']}")
     out = [head]
 
     table = Table(title="latency per phase", title_justify="left")

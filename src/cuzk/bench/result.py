@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import JobInfo
+from .gpu import GpuSetup
 from .timeline import Recovery, Sample
 from .workload import DEFAULT_PRIORITY, BenchCircuit, PlannedJob
 
@@ -88,3 +89,4 @@ class BenchResult:
     measure_started_t: float | None  # the first measured submit; None when the run stopped during the warm-up
     measure_ended_t: float | None  # the last measured completion
     aborted: str | None = None  # why the run stopped before all its jobs finished
+    gpu: GpuSetup = GpuSetup()  # the GPUs the samples read through NVML, or why none

@@ -6,7 +6,9 @@ is untracked and what the kernel charges. While the engine is down (an OOM kill,
 the daemon answers nothing, yet a started daemon's limit and charged memory are still read
 from the kernel by the bench itself, so the gap shows in the timeline rather than vanishing.
 
-Each tick also reads the supervisor's record (``supervisor.json``: the data directory's while
+Each tick also reads the daemon's GPUs through NVML where it can (``gpu.py``): utilization,
+VRAM and SM clock per device, kept in the sample by the daemon's CUDA ordinal. And it reads
+the supervisor's record (``supervisor.json``: the data directory's while
 the bench runs the daemon, the status document's when attached). Every engine death recorded
 since the run began becomes a ``Recovery``: the ceiling it planned against and the one the
 supervisor restarted it with, its budget before and after, and how long it took from the
@@ -18,13 +20,15 @@ from __future__ import annotations
 import csv
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..client import Client, DaemonError, DaemonUnavailable
+from .gpu import GpuReading, GpuSampler
 
 STATUS_TIMEOUT_S = 10.0
+GPU_FIELDS = [f.name for f in fields(GpuReading)]  # the timeline CSV's columns for each GPU
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Sample:
     jobs_done: int
     jobs_in_flight: int
     oom_kills: int
+    gpus: dict[int, GpuReading] = field(default_factory=dict)  # by the daemon's CUDA ordinal; empty: no GPU read
 
     @property
     def engine_up(self) -> bool:
@@ -139,6 +144,7 @@ class TimelineSampler:
         self.tracker = RecoveryTracker(since=started_wall)
         self.key_loads: list[dict[str, Any]] = []  # one entry per load of a key seen in the run
         self.engine_peak_charged: dict[int, int] = {}  # each engine's reconciler peak since it started
+        self.gpu = GpuSampler(daemon.address)
         self._loads_seen: dict[tuple[int, str], int] = {}
         self._progress = progress
         self._stop = threading.Event()
@@ -153,6 +159,7 @@ class TimelineSampler:
         self._stop.set()
         self._thread.join()
         self.sample_once()  # the state at the end, after the last job
+        self.gpu.close()
 
     def _run(self) -> None:
         next_at = time.monotonic() + self.interval
@@ -165,6 +172,7 @@ class TimelineSampler:
             status = self.client.status(timeout=STATUS_TIMEOUT_S)
         except (DaemonUnavailable, TimeoutError, DaemonError):
             status = None
+        gpus = self.gpu.read(status)
         now_mono, now_wall = time.monotonic(), time.time()
         supervisor = self.daemon.supervisor_state(status)
         self.tracker.update(now_wall, status, supervisor)
@@ -181,7 +189,8 @@ class TimelineSampler:
             reserved_bytes=budget.get("reserved_bytes"),
             reserved_by_category={c: e["bytes"] for c, e in (budget.get("by_category") or {}).items()},
             untracked_bytes=reading.get("untracked_bytes"), charged_bytes=reading.get("actual_bytes"),
-            kernel_charged_bytes=kernel_charged, jobs_done=done, jobs_in_flight=in_flight, oom_kills=self.tracker.oom_kills)
+            kernel_charged_bytes=kernel_charged, jobs_done=done, jobs_in_flight=in_flight, oom_kills=self.tracker.oom_kills,
+            gpus=gpus)
         if status is not None:
             self.last_status = status
             self._note_engine(sample, status)
@@ -210,11 +219,13 @@ def categories(samples: list[Sample]) -> list[str]:
 
 
 def write_csv(path: Path, samples: list[Sample]) -> None:
-    """One row per sample, time increasing; empty cells where nothing was measured (engine down)."""
+    """One row per sample, time increasing; empty cells where nothing was measured (engine down, no GPU reading)."""
     cats = categories(samples)
+    devices = sorted({d for s in samples for d in s.gpus})
     columns = ["t_s", "unix_time", "engine_up", "engine_pid", "limit_bytes", "budget_total_bytes", "budget_effective_bytes",
                "reserved_bytes", *[f"reserved_{c}_bytes" for c in cats], "untracked_bytes", "charged_bytes",
-               "kernel_charged_bytes", "jobs_done", "jobs_in_flight", "oom_kills"]
+               "kernel_charged_bytes", "jobs_done", "jobs_in_flight", "oom_kills",
+               *[f"gpu{d}_{name}" for d in devices for name in GPU_FIELDS]]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -222,5 +233,6 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
             reserved = [s.reserved_by_category.get(c, 0) if s.engine_up else None for c in cats]
             row = [f"{s.t_s:.3f}", f"{s.unix_time:.3f}", int(s.engine_up), s.engine_pid, s.limit_bytes, s.budget_total_bytes,
                    s.budget_effective_bytes, s.reserved_bytes, *reserved, s.untracked_bytes, s.charged_bytes,
-                   s.kernel_charged_bytes, s.jobs_done, s.jobs_in_flight, s.oom_kills]
+                   s.kernel_charged_bytes, s.jobs_done, s.jobs_in_flight, s.oom_kills,
+                   *[None if d not in s.gpus else getattr(s.gpus[d], name) for d in devices for name in GPU_FIELDS]]
             writer.writerow(["" if v is None else v for v in row])

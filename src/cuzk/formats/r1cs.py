@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 from numba import njit, prange
 
+# The module, not its names: field.py imports this package (formats.parallel), so when the
+# backend loads first this module sees it half-initialised; kernels name its functions when they compile.
+from ..backends.cpu import field as cpu_field
 from ..curves import Curve
-from ._montgomery import add_mod, montgomery_constants, mont_mul
 from .binfile import BinFile, n8_of, write_binfile
 from .errors import FormatError
 from .limbs import first_not_below, ints_to_limbs
@@ -290,7 +292,7 @@ def check_satisfied(r1cs: R1CS, witness) -> int | None:
     """Index of the first constraint with (A·w)(B·w) ≠ C·w mod r, or None when all hold.
 
     ``witness`` is a :class:`~cuzk.formats.wtns.Witness` or an (n_wires, Lr) uint32 array of
-    standard-form values < r. Evaluated in parallel by a numba Montgomery kernel.
+    standard-form values < r. Evaluated in parallel by a numba kernel on the CPU backend's field.
     """
     curve = r1cs.curve
     values = getattr(witness, "values", witness)
@@ -303,49 +305,48 @@ def check_satisfied(r1cs: R1CS, witness) -> int | None:
         raise FormatError(getattr(witness, "path", None), f"witness must be ({r1cs.n_wires}, {n_limbs}) uint32 for the r1cs {r1cs.path}, got shape {shape}")
     if r1cs.n_constraints == 0:
         return None
-    p, p_inv = montgomery_constants(curve.r, n_limbs)
-    r_inv = ints_to_limbs([curve.Fr.R_inv], n_limbs)[0]
-    A, B, C = r1cs.A, r1cs.B, r1cs.C
+    A, B, C = ((M.row_ptr, M.col, cpu_field.fr_rows(curve, M.values, "coefficients")) for M in (r1cs.A, r1cs.B, r1cs.C))
+    r_inv = cpu_field.as_u64(ints_to_limbs([curve.Fr.R_inv], n_limbs))[0]
     failing = np.zeros(r1cs.n_constraints, dtype=np.bool_)
-    _unsatisfied_rows(A.row_ptr, A.col, A.values, B.row_ptr, B.col, B.values, C.row_ptr, C.col, C.values,
-                      np.ascontiguousarray(values), p, p_inv, r_inv, failing)  # fmt: skip
+    _unsatisfied_rows(*A, *B, *C, cpu_field.fr_rows(curve, values, "witness"), r_inv, failing, cpu_field.field_consts(curve.Fr))
     bad = np.flatnonzero(failing)
     return int(bad[0]) if bad.size else None
 
 
 @njit(cache=True)
-def _dot_row(row_ptr, col, coeffs, i, w, p, p_inv, acc, prod, t) -> None:
-    """acc = Σ_k mont_mul(coeff_k, w[col_k]) over row i = (row · w)·R⁻¹."""
-    acc[:] = 0
+def _dot_row(row_ptr, col, coeffs, i, w, acc, prod, fc) -> None:
+    """acc = Σ_k coeff_k·w[col_k]·R⁻¹ over row i = (row · w)·R⁻¹."""
+    cpu_field.fp_set_zero(acc)
     for k in range(row_ptr[i], row_ptr[i + 1]):
-        mont_mul(coeffs[k], w[col[k]], p, p_inv, prod, t)
-        add_mod(acc, prod, p)
+        cpu_field.fp_mul(coeffs[k], w[col[k]], prod, fc)
+        cpu_field.fp_add(acc, prod, acc, fc)
+
+
+@njit(cache=True)
+def _unsatisfied_range(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, lo, hi, fc):
+    """Rows [lo, hi) of :func:`_unsatisfied_rows`, with the temporaries on the stack."""
+    t = cpu_field._stack_array(fc.p, 4, 0)
+    aw, bw, cw, prod = t[0], t[1], t[2], t[3]
+    for i in range(lo, hi):
+        _dot_row(a_ptr, a_col, a_val, i, w, aw, prod, fc)
+        _dot_row(b_ptr, b_col, b_val, i, w, bw, prod, fc)
+        _dot_row(c_ptr, c_col, c_val, i, w, cw, prod, fc)
+        cpu_field.fp_mul(aw, bw, aw, fc)
+        cpu_field.fp_mul(cw, r_inv, cw, fc)
+        failing[i] = not cpu_field.fe_eq(aw, cw)
 
 
 @parallel_kernel
-def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, p, p_inv, r_inv, failing):
-    """failing[i] = (A_i·w)(B_i·w) ≠ C_i·w.
+def _unsatisfied_rows(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, fc):
+    """failing[i] = (A_i·w)(B_i·w) ≠ C_i·w, on the CPU backend's Montgomery arithmetic.
 
-    Each row sum comes out times R⁻¹, so the check compares mont_mul(Aw', Bw') = AwBw·R⁻³
-    with mont_mul(Cw', R⁻¹) = Cw·R⁻³.
+    Each row sum comes out times R⁻¹, so the check compares (Aw·R⁻¹)(Bw·R⁻¹)·R⁻¹ = AwBw·R⁻³
+    with (Cw·R⁻¹)·R⁻¹·R⁻¹ = Cw·R⁻³.
     """
-    n_limbs = p.shape[0]
     n = failing.shape[0]
     n_chunks = min(n, 256)
+    p, pinv, one, r2, pm2 = fc
     for chunk in prange(n_chunks):
-        t = np.empty(n_limbs + 2, dtype=np.uint64)
-        prod = np.empty(n_limbs, dtype=np.uint32)
-        aw = np.empty(n_limbs, dtype=np.uint32)
-        bw = np.empty(n_limbs, dtype=np.uint32)
-        cw = np.empty(n_limbs, dtype=np.uint32)
-        for i in range(chunk * n // n_chunks, (chunk + 1) * n // n_chunks):
-            _dot_row(a_ptr, a_col, a_val, i, w, p, p_inv, aw, prod, t)
-            _dot_row(b_ptr, b_col, b_val, i, w, p, p_inv, bw, prod, t)
-            _dot_row(c_ptr, c_col, c_val, i, w, p, p_inv, cw, prod, t)
-            mont_mul(aw, bw, p, p_inv, aw, t)
-            mont_mul(cw, r_inv, p, p_inv, cw, t)
-            differ = False
-            for j in range(n_limbs):
-                if aw[j] != cw[j]:
-                    differ = True
-            failing[i] = differ
+        lo, hi = chunk * n // n_chunks, (chunk + 1) * n // n_chunks
+        _unsatisfied_range(a_ptr, a_col, a_val, b_ptr, b_col, b_val, c_ptr, c_col, c_val, w, r_inv, failing, lo, hi,
+                           cpu_field.FieldConsts(p, pinv, one, r2, pm2))  # fmt: skip

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..backends.cpu import field as cpu_field  # the module, not its names: see r1cs.py
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
-from ._montgomery import montgomery_constants, mont_mul_rows_by_constant
 from .binfile import BinFile, Section, n8_of, write_binfile
 from .limbs import CHECK_CHUNK_ROWS, first_not_below, ints_to_limbs
 
@@ -347,12 +347,11 @@ def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
 
 # coefficient value conversions ---------------------------------------------------------
 def _scale(curve: Curve, values: np.ndarray, k: int) -> np.ndarray:
-    """values·k·R⁻¹ mod r for every row, by the numba Montgomery kernel."""
+    """values·k·R⁻¹ mod r for every row, in place on a contiguous copy (the file's rows are 44-byte records)."""
     L = curve.Fr.limbs32
-    p, p_inv = montgomery_constants(curve.r, L)
-    out = np.empty((values.shape[0], L), dtype=np.uint32)
-    if values.shape[0]:
-        mont_mul_rows_by_constant(values, ints_to_limbs([k], L)[0], p, p_inv, out)
+    out = np.array(values, dtype=np.uint32, order="C")
+    rows = cpu_field.as_u64(out)
+    cpu_field.fp_scale_vec(rows, cpu_field.as_u64(ints_to_limbs([k], L))[0], rows, cpu_field.field_consts(curve.Fr))
     return out
 
 

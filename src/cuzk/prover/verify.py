@@ -8,8 +8,8 @@ Everything that depends only on the key is done once by :func:`prepare_vkey`: po
 the IC points in limb form, the Miller-loop lines of gamma and delta, and 1/e(alpha, beta).
 That last value is recomputed from alpha and beta, not taken from ``vk_alphabeta_12``
 (snarkjs's verifier ignores it too, so a key with a stale value verifies the same way).
-Each :func:`verify` then runs one numba call: the MSM for L, B's lines, one Miller loop shared
-by the three pairs and one final exponentiation.
+Each :func:`verify` then computes L with the CPU backend's MSM, B's lines, and one Miller
+loop shared by the three pairs with one final exponentiation.
 
 Malformed input (wrong curve, wrong signal count, a signal >= r, a point off its curve or
 outside the order-r subgroup) raises :class:`VerifyInputError`; a well-formed proof that
@@ -23,11 +23,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..backends.cpu.field import as_u64
+from ..backends.cpu.msm import msm_rows
 from ..curves import Curve
 from ..curves.ec import Point
 from ..formats.json_io import VerificationKey
+from ..formats.limbs import ints_to_limbs
 from ..formats.zkey import ZKey
-from .pairing import PairingEngine, engine, groth16_kernel, msm_window, scalar_limbs
+from .pairing import PairingEngine, engine
 
 Fq12Json = list[list[list[int]]]
 
@@ -41,10 +44,9 @@ class PreparedVerifyingKey:
     """A checked verification key with its proof-independent pairing work done."""
 
     vkey: VerificationKey
-    ic: np.ndarray = field(repr=False)  # (n_public + 1, 2, Lq) affine Montgomery limbs
-    ic_infinity: np.ndarray = field(repr=False)  # (n_public + 1,) bool
-    lines: np.ndarray = field(repr=False)  # (2, steps, 6, Lq): Miller-loop lines of gamma, delta
-    target: np.ndarray = field(repr=False)  # (12, Lq): 1 / e(alpha, beta)
+    ic: np.ndarray = field(repr=False)  # (n_public + 1, 2, Lq) affine Montgomery limbs, all-zero for infinity
+    lines: np.ndarray = field(repr=False)  # (2, steps, 3, 2, Lq): Miller-loop lines of gamma, delta
+    target: np.ndarray = field(repr=False)  # (2, 3, 2, Lq): 1 / e(alpha, beta)
 
     @property
     def curve(self) -> Curve:
@@ -115,19 +117,16 @@ def prepare_vkey(vkey: VerificationKey) -> PreparedVerifyingKey:
     delta = _check_point(E, vkey.delta2, 2, "vk_delta_2", allow_infinity=False)
     n = curve.Fq.limbs64
     ic = np.zeros((n_public + 1, 2, n), np.uint64)
-    ic_infinity = np.zeros(n_public + 1, np.bool_)
     for i, P in enumerate(vkey.ic):
-        if _check_point(E, P, 1, f"IC[{i}]") is None:
-            ic_infinity[i] = True
-        else:
+        if _check_point(E, P, 1, f"IC[{i}]") is not None:
             ic[i] = E.g1_limbs(P)
     lines = np.stack([E.prepare_g2(gamma), E.prepare_g2(delta)])
     target = E.fq12_limbs(E.tower.conj(E.pairing(alpha, beta)))  # Gt elements are unitary: conj = inverse
-    return PreparedVerifyingKey(vkey, ic, ic_infinity, lines, target)
+    return PreparedVerifyingKey(vkey, ic, lines, target)
 
 
-def _signal_limbs(curve: Curve, n_public: int, public_signals: list[int]) -> tuple[np.ndarray, int]:
-    """Checked public signals as (n, 4) 64-bit limbs (standard form) and their largest bit length."""
+def _ic_scalars(curve: Curve, n_public: int, public_signals: list[int]) -> np.ndarray:
+    """The IC points' coefficients (1, s_1, ..., s_n) as 64-bit limb rows (standard form), the signals checked."""
     if len(public_signals) != n_public:
         raise VerifyInputError(f"the key has {n_public} public signals, got {len(public_signals)}")
     r = curve.r
@@ -139,7 +138,7 @@ def _signal_limbs(curve: Curve, n_public: int, public_signals: list[int]) -> tup
         if not 0 <= s < r:
             raise VerifyInputError(f"public signal #{i}: {s} is outside {curve.name}'s scalar field [0, r)")
         values.append(s)
-    return scalar_limbs(values), max((s.bit_length() for s in values), default=0)
+    return as_u64(ints_to_limbs([1, *values], curve.Fr.limbs32))
 
 
 def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int], proof) -> bool:
@@ -155,19 +154,19 @@ def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int
     if not isinstance(proof_curve, Curve) or proof_curve.r != curve.r:
         name = getattr(proof_curve, "name", proof_curve)
         raise VerifyInputError(f"the proof is for {name} but the key is for {curve.name}")
-    scalars, nbits = _signal_limbs(curve, pvk.n_public, list(public_signals))
+    scalars = _ic_scalars(curve, pvk.n_public, list(public_signals))
     a = _check_point(E, proof.a, 1, "proof A")
     b = _check_point(E, proof.b, 2, "proof B")
     c = _check_point(E, proof.c, 1, "proof C")
-    n = curve.Fq.limbs64
-    ab_live = a is not None and b is not None
-    neg_a = E.g1_limbs(curve.G1.neg(a)) if ab_live else np.zeros((2, n), np.uint64)
-    b2 = E.g2_limbs(b) if ab_live else np.zeros((4, n), np.uint64)
-    c1 = E.g1_limbs(c) if c is not None else np.zeros((2, n), np.uint64)
-    window = msm_window(pvk.n_public, nbits)
-    return bool(
-        groth16_kernel(
-            E.K, pvk.ic, pvk.ic_infinity, scalars, nbits, window, neg_a, b2, c1, ab_live, c is not None,
-            pvk.lines, pvk.target, E.loop_digits, E.param_naf, E.family_bn, E.twist_code, curve.param < 0, E.F,
-        )
-    )  # fmt: skip
+    g1_points, lines = [], []  # pairs with a point at infinity contribute 1 and are left out
+    if a is not None and b is not None:
+        g1_points.append(E.g1_limbs(curve.G1.neg(a)))
+        lines.append(E.prepare_g2(b))
+    L = msm_rows(curve, pvk.ic, scalars)  # IC[0] + sum s_i IC[i+1]
+    if L is not None:
+        g1_points.append(L)
+        lines.append(pvk.lines[0])
+    if c is not None:
+        g1_points.append(E.g1_limbs(c))
+        lines.append(pvk.lines[1])
+    return E.pairing_product_is(g1_points, lines, pvk.target)

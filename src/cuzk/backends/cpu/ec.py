@@ -9,7 +9,8 @@ axis lists the coordinates:
 
 Formulas are the a = 0 ones from the Explicit-Formulas Database (dbl-2009-l,
 madd-2007-bl, add-2007-bl) with the exceptional cases (P = ±Q, infinity) handled, since
-MSM buckets do meet equal points. Every function lets ``out`` alias an input.
+MSM buckets do meet equal points. Every function lets ``out`` alias an input. The MSMs,
+the fixed-base tables and the pairing's subgroup checks all use these.
 """
 
 from __future__ import annotations
@@ -17,19 +18,7 @@ from __future__ import annotations
 from numba import njit, types
 from numba.extending import overload
 
-from .field import (
-    _stack_array,
-    fe_add,
-    fe_copy,
-    fe_double,
-    fe_inv,
-    fe_is_zero,
-    fe_mul,
-    fe_set_one,
-    fe_set_zero,
-    fe_sqr,
-    fe_sub,
-)
+from .field import _stack_array, fe_add, fe_copy, fe_double, fe_eq, fe_inv, fe_is_zero, fe_mul, fe_neg, fe_set_one, fe_set_zero, fe_sqr, fe_sub
 
 
 def coord_scratch(point, fc):
@@ -100,6 +89,34 @@ def jac_double(P, out, fc):
 
 
 @njit(cache=True)
+def _same_x(P, H, r, out, fc):
+    """The additions' exceptional case H = 0 (equal x): out = 2P when r = 0 (P = Q), else infinity (P = -Q).
+
+    Returns whether it applied.
+    """
+    if not fe_is_zero(H):
+        return False
+    if fe_is_zero(r):
+        jac_double(P, out, fc)
+    else:
+        fe_set_zero(out[2])
+    return True
+
+
+@njit(cache=True)
+def _add_finish(r, J, V, SJ, out, fc):
+    """X3 = r² - J - 2V and Y3 = r(V - X3) - 2·SJ, the end both additions share (V, SJ are clobbered)."""
+    fe_sqr(r, out[0], fc)
+    fe_sub(out[0], J, out[0], fc)
+    fe_sub(out[0], V, out[0], fc)
+    fe_sub(out[0], V, out[0], fc)
+    fe_sub(V, out[0], V, fc)
+    fe_mul(r, V, out[1], fc)
+    fe_double(SJ, SJ, fc)
+    fe_sub(out[1], SJ, out[1], fc)
+
+
+@njit(cache=True)
 def jac_add_affine(P, Q, out, fc):
     """P + Q for Jacobian P and affine Q (not infinity): madd-2007-bl, 7M + 4S."""
     if fe_is_zero(P[2]):
@@ -113,11 +130,7 @@ def jac_add_affine(P, Q, out, fc):
     fe_mul(S2, Z1Z1, S2, fc)
     fe_sub(U2, P[0], H, fc)
     fe_sub(S2, P[1], r, fc)
-    if fe_is_zero(H):
-        if fe_is_zero(r):
-            jac_double(P, out, fc)
-        else:
-            fe_set_zero(out[2])
+    if _same_x(P, H, r, out, fc):
         return
     fe_double(r, r, fc)
     fe_sqr(H, HH, fc)
@@ -131,14 +144,7 @@ def jac_add_affine(P, Q, out, fc):
     fe_sub(out[2], Z1Z1, out[2], fc)
     fe_sub(out[2], HH, out[2], fc)
     fe_mul(P[1], J, S2, fc)  # S2 reused: Y1·J
-    fe_sqr(r, out[0], fc)
-    fe_sub(out[0], J, out[0], fc)
-    fe_sub(out[0], V, out[0], fc)
-    fe_sub(out[0], V, out[0], fc)  # X3 = r² - J - 2V
-    fe_sub(V, out[0], V, fc)
-    fe_mul(r, V, out[1], fc)
-    fe_double(S2, S2, fc)
-    fe_sub(out[1], S2, out[1], fc)  # Y3 = r(V - X3) - 2·Y1·J
+    _add_finish(r, J, V, S2, out, fc)
 
 
 @njit(cache=True)
@@ -162,11 +168,7 @@ def jac_add(P, Q, out, fc):
     fe_mul(S2, Z1Z1, S2, fc)
     fe_sub(U2, U1, H, fc)
     fe_sub(S2, S1, r, fc)
-    if fe_is_zero(H):
-        if fe_is_zero(r):
-            jac_double(P, out, fc)
-        else:
-            fe_set_zero(out[2])
+    if _same_x(P, H, r, out, fc):
         return
     fe_double(r, r, fc)
     fe_double(H, I, fc)
@@ -178,15 +180,8 @@ def jac_add(P, Q, out, fc):
     fe_sub(out[2], Z1Z1, out[2], fc)
     fe_sub(out[2], Z2Z2, out[2], fc)
     fe_mul(out[2], H, out[2], fc)  # Z3 = ((Z1 + Z2)² - Z1Z1 - Z2Z2)·H
-    fe_sqr(r, out[0], fc)
-    fe_sub(out[0], J, out[0], fc)
-    fe_sub(out[0], V, out[0], fc)
-    fe_sub(out[0], V, out[0], fc)
-    fe_sub(V, out[0], V, fc)
-    fe_mul(r, V, out[1], fc)
     fe_mul(S1, J, S1, fc)
-    fe_double(S1, S1, fc)
-    fe_sub(out[1], S1, out[1], fc)
+    _add_finish(r, J, V, S1, out, fc)
 
 
 @njit(cache=True)
@@ -202,3 +197,41 @@ def jac_to_affine(P, out, fc):
     fe_mul(zi2, zi, zi2, fc)
     fe_mul(P[1], zi2, out[1], fc)
     return True
+
+
+@njit(cache=True)
+def jac_eq(P, Q, fc):
+    """P = Q for Jacobian points: X1·Z2² = X2·Z1² and Y1·Z2³ = Y2·Z1³, or both infinity."""
+    p_inf, q_inf = fe_is_zero(P[2]), fe_is_zero(Q[2])
+    if p_inf or q_inf:
+        return p_inf and q_inf
+    t = coord_scratch(P, fc)
+    zz1, zz2, u1, u2 = t[0], t[1], t[2], t[3]
+    fe_sqr(P[2], zz1, fc)
+    fe_sqr(Q[2], zz2, fc)
+    fe_mul(P[0], zz2, u1, fc)
+    fe_mul(Q[0], zz1, u2, fc)
+    if not fe_eq(u1, u2):
+        return False
+    fe_mul(zz1, P[2], zz1, fc)
+    fe_mul(zz2, Q[2], zz2, fc)
+    fe_mul(P[1], zz2, u1, fc)
+    fe_mul(Q[1], zz1, u2, fc)
+    return fe_eq(u1, u2)
+
+
+@njit(cache=True)
+def jac_mul_naf(A, naf, out, fc):
+    """out = [e]A for an affine A (not infinity) and e > 0 given by its NAF digits, least significant first.
+
+    Left to right: a doubling per digit and a mixed addition of ±A per non-zero digit.
+    """
+    t = coord_scratch(A, fc)
+    neg = t[0:2]
+    fe_copy(A[0], neg[0])
+    fe_neg(A[1], neg[1], fc)
+    jac_from_affine(A, out, fc)
+    for i in range(len(naf) - 2, -1, -1):
+        jac_double(out, out, fc)
+        if naf[i] != 0:
+            jac_add_affine(out, A if naf[i] == 1 else neg, out, fc)

@@ -27,8 +27,10 @@ group's whole MSM) rather than minutes.
 
 Per-element operations take 1-D uint64 rows (Fp) or ``(2, N)`` blocks (Fp2 =
 Fp[u]/(u² + 1)), C-contiguous, and write into ``out``, which may alias an input; they
-are for use inside ``@njit`` kernels. ``fp_*`` names are the same operations spelled for
-code that only handles rows. The ``*_vec`` kernels are the parallel array versions.
+are for use inside ``@njit`` kernels. Copies, zeroing and comparisons take any
+C-contiguous uint64 array (the pairing's Fq6 and Fq12 elements too). ``fp_*`` names are
+the same operations spelled for code that only handles rows. The ``*_vec`` kernels are
+the parallel array versions.
 """
 
 from __future__ import annotations
@@ -118,11 +120,16 @@ _I128 = ir.IntType(128)
 
 
 def _element_ndim(*arrays) -> int | None:
-    """1 (Fp rows) or 2 (Fp2 blocks) when all arrays are C-contiguous uint64 of that rank."""
-    ndims = {a.ndim for a in arrays if isinstance(a, types.Array) and a.dtype == types.uint64 and a.layout == "C"}
-    if len(ndims) != 1 or len([a for a in arrays if isinstance(a, types.Array)]) != len(arrays):
+    """The common rank of C-contiguous uint64 arrays (None when they are not that or differ in rank)."""
+    if not all(isinstance(a, types.Array) and a.dtype == types.uint64 and a.layout == "C" for a in arrays):
         return None
-    ndim = ndims.pop()
+    ndims = {a.ndim for a in arrays}
+    return ndims.pop() if len(ndims) == 1 else None
+
+
+def _field_ndim(*arrays) -> int | None:
+    """1 (Fp rows) or 2 (Fp2 blocks): the element shapes the arithmetic takes."""
+    ndim = _element_ndim(*arrays)
     return ndim if ndim in (1, 2) else None
 
 
@@ -186,6 +193,14 @@ class _Arith:
         b = self.b
         zero = ir.Constant(self.w, 0)
         return b.select(b.icmp_unsigned("==", x, zero), zero, b.sub(self.p, x))
+
+    def half(self, x):
+        """x/2 mod p: (x + p)/2 when x is odd (the sum fits in N + 1 limbs)."""
+        b = self.b
+        wide = b.zext(x, self.w1)
+        odd = b.trunc(x, ir.IntType(1))
+        total = b.select(odd, b.add(wide, b.zext(self.p, self.w1)), wide)
+        return b.trunc(b.lshr(total, ir.Constant(self.w1, 1)), self.w)
 
     def call(self, fn, *ptrs, extra=()):
         self.b.call(fn, list(ptrs) + list(self.p_limbs) + [self.pinv] + list(extra))
@@ -363,7 +378,7 @@ def _elementwise(name: str, n_arrays: int, emit):
 
     def typed(args):
         arrays, fc = args[:n_arrays], args[n_arrays]
-        ndim = _element_ndim(*arrays)
+        ndim = _field_ndim(*arrays)
         n = _limbs_of(fc)
         if ndim is None or n is None:
             return None
@@ -420,6 +435,12 @@ def _emit_double(arith, ptrs, parts, fc_value, module):
         arith.store(pout, k, arith.add(x, x))
 
 
+def _emit_half(arith, ptrs, parts, fc_value, module):
+    pa, pout = ptrs
+    for k in range(parts):
+        arith.store(pout, k, arith.half(arith.load(pa, k)))
+
+
 def _emit_mul(arith, ptrs, parts, fc_value, module):
     arith.call(_mont_mul_fn(module, arith.n) if parts == 1 else _fp2_mul_fn(module, arith.n), *ptrs)
 
@@ -446,12 +467,13 @@ def _emit_set_one(arith, ptrs, parts, fc_value, module):
 
 # fe_add(a, b, out, fc), fe_sub(a, b, out, fc), fe_mul(a, b, out, fc) (Montgomery product in
 # Fp, Karatsuba in Fp2; inputs < p), fe_neg(a, out, fc), fe_double(a, out, fc),
-# fe_sqr(a, out, fc), fe_inv(a, out, fc) (0 maps to 0), fe_set_one(out, fc).
+# fe_half(a, out, fc), fe_sqr(a, out, fc), fe_inv(a, out, fc) (0 maps to 0), fe_set_one(out, fc).
 fe_add = _elementwise("fe_add", 3, _emit_add)
 fe_sub = _elementwise("fe_sub", 3, _emit_sub)
 fe_mul = _elementwise("fe_mul", 3, _emit_mul)
 fe_neg = _elementwise("fe_neg", 2, _emit_neg)
 fe_double = _elementwise("fe_double", 2, _emit_double)
+fe_half = _elementwise("fe_half", 2, _emit_half)
 fe_sqr = _elementwise("fe_sqr", 2, _emit_sqr)
 fe_inv = _elementwise("fe_inv", 2, _emit_inv)
 fe_set_one = _elementwise("fe_set_one", 1, _emit_set_one)
@@ -465,7 +487,7 @@ def _flat_words(context, builder, arrty, value):
 
 @intrinsic
 def fe_copy(typingctx, a, out):
-    """out = a (any element shape)."""
+    """out = a (any C-contiguous uint64 array: an Fp row, an Fp2 block, a tower element)."""
     if _element_ndim(a, out) is None:
         return None
 
@@ -481,7 +503,7 @@ def fe_copy(typingctx, a, out):
 
 @intrinsic
 def fe_set_zero(typingctx, out):
-    """out = 0."""
+    """out = 0 (any element shape)."""
     if _element_ndim(out) is None:
         return None
 
@@ -665,6 +687,14 @@ def fp_unary_vec(a, out, op, fc):
             fp_mul_tuple(a[i], r2, out[i], f)
         else:
             fp_from_mont(a[i], out[i], f)
+
+
+@parallel_kernel
+def fp_scale_vec(a, k, out, fc):
+    """out[i] = a[i]·k·R⁻¹ for one row k; out may be a (k in standard form keeps a's form)."""
+    p, pinv, one, r2, pm2 = fc
+    for i in prange(a.shape[0]):
+        fp_mul(a[i], k, out[i], FieldConsts(p, pinv, one, r2, pm2))
 
 
 @njit(cache=True)
