@@ -384,9 +384,12 @@ def test_cancelling_a_proof_on_the_device_gives_back_its_vram(circuit, tmp_path)
     with start_engine(tmp_path, circuit, [device], proofs_per_device=2) as engine:
         warm = engine.await_result(engine.submit("c", circuit[1].read_bytes()), timeout=300)
         assert warm.state is JobState.DONE, warm.error
-        # What stays reserved between proofs: the key's resident bases and the cached NTT tables.
+        # What stays reserved between proofs: the key's resident bases and the cached NTT tables (twiddles, N/2 each
+        # way, and the coset factors, N + 1).
         idle = device.vram.reserved_bytes
-        assert idle >= engine.status()["devices"][0]["resident_bytes"] > 0
+        header = read_zkey(circuit[0])
+        resident = engine.status()["devices"][0]["resident_bytes"]
+        assert resident == bases_bytes(header) and idle == resident + (2 * header.domain_size + 1) * header.n8r
         runtime.armed = True
         job = engine.submit("c", circuit[1].read_bytes())
         assert runtime.reached.wait(120)
