@@ -167,7 +167,8 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
     budget = whole.msm_working_bytes(curve, group, chunk, buffers=2) + (64 << 20)  # + twiddle/temporary slack
     chunked = CudaBackend(vram_budget=VramBudget(budget, 0))
     fn = chunked.msm_g1 if group == "g1" else chunked.msm_g2
-    out["host_bases_chunks"] = -(-n // chunked.msm.plan(curve, group, n))
+    with chunked.msm.plan(curve, group, n) as plan:
+        out["host_bases_chunks"] = -(-n // plan.chunk)
     for overlap in (False, True):
         chunked.msm.overlap = overlap
         label = "overlap" if overlap else "serial"

@@ -268,7 +268,8 @@ def test_msm_split_into_chunks_when_vram_budget_is_small(kind, group):
     G = group_of(curve, group)
     points = multiples(G, G.generator, 1, 200)
     scalars = [rng.randrange(curve.r) for _ in range(200)]
-    assert 8 <= backend.msm.plan(curve, group, 200) < 200
+    with backend.msm.plan(curve, group, 200) as plan:
+        assert 8 <= plan.chunk < 200
     got = msm(backend, curve, group, bases_array(curve, group, points), ints_to_limbs(scalars, 8))
     assert G.eq(got, G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r))
     assert backend.vram.reserved_bytes == 0

@@ -29,7 +29,7 @@ from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
-from cuzk.prover.sizing import bases_bytes, proof_vram_bytes
+from cuzk.prover.sizing import MAX_PROOFS_PER_DEVICE, bases_bytes, proof_vram_bytes
 from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.prover.setup import setup
 from cuzk.server.metrics import DaemonMetrics
@@ -157,7 +157,8 @@ def test_an_msm_working_set_evicts_idle_resident_keys(circuits):
     keys.acquire("two", zkey).release()
     short = bases_bytes(zkey) // 2  # the MSM fits only once the key's bases are gone
     backend.vram.reserve(backend.vram.available_bytes - (whole_msm - short), "another tenant")
-    assert backend.msm.plan(BN254, "g1", zkey.n_vars) == zkey.n_vars  # whole, after evicting the idle key
+    with backend.msm.plan(BN254, "g1", zkey.n_vars) as plan:
+        assert plan.chunk == zkey.n_vars  # whole, after evicting the idle key
     assert keys.resident_names() == [] and keys.evictions == 1
 
 
@@ -228,7 +229,8 @@ def test_chunked_msm_from_staged_host_bases_matches_the_resident_one(circuits, o
                           vram_budget=VramBudget(reference.msm_working_bytes(BN254, "g1", 16, buffers=2)))
     backend.attach_staging(PoolStaging(pool))
     backend.msm.overlap = overlap
-    assert backend.msm.plan(BN254, "g1", n) < n // 2  # several chunks
+    with backend.msm.plan(BN254, "g1", n) as plan:
+        assert plan.chunk < n // 2  # several chunks
     assert backend.msm_g1(BN254, zkey.a, scalars) == want
     stats = pool.stats()
     assert stats["in_use_buffers"] == 0 and stats["misses"] >= 1  # every staging buffer went back to the pool
@@ -297,7 +299,10 @@ def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
         assert [r.state for r in records] == [JobState.DONE] * len(jobs), [r.error for r in records]
         status = engine.status()
     provers = [w for w in status["workers"] if w["kind"] == "proving"]
-    assert [w["device"] for w in provers] == [0, 1] and all(w["healthy"] for w in provers)
+    lanes = MAX_PROOFS_PER_DEVICE  # "auto": small keys on a 256 MiB device leave room for the most
+    assert status["config"]["proofs_per_device"] == [lanes, lanes]
+    assert [w["name"] for w in provers] == [f"prove-{d}-{k}" for d in (0, 1) for k in range(lanes)]
+    assert all(w["healthy"] for w in provers)
     assert status["budget"]["by_category"]["pinned"]["bytes"] > 0  # staging buffers, pooled and charged to the budget
     assert sum(w["jobs_done"] for w in provers) == len(jobs)
     metrics = DaemonMetrics(lambda: status).text()  # what /metrics shows per device (labels sorted by name)
@@ -371,20 +376,26 @@ def test_a_poison_job_that_breaks_devices_takes_down_at_most_two(circuits, poiso
         good = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
         workers = proving_workers(engine)
     down = [w for w in workers if not w["healthy"]]
+    down_devices = sorted({w["device"] for w in down})
     assert bad.state is JobState.FAILED and "it hit 2 CUDA errors" in bad.error
-    assert [f"device {w['device']}:" in bad.error for w in down] == [True, True]  # two different devices, both named
+    assert len(down_devices) == 2 and all(f"device {d}:" in bad.error for d in down_devices)  # both named
+    assert len(down) == 2 * MAX_PROOFS_PER_DEVICE  # every worker of a failed device is out of service with it
     assert bad.error.count("self-test failed: CudaBackendError: emulated sticky fault") == 2
     assert all("self-test failed" in w["error"] for w in down)
     assert good.state is JobState.DONE, good.error
-    assert [w["jobs_done"] for w in workers if w["healthy"]] == [1]  # the third device proved the next job
+    healthy = [w for w in workers if w["healthy"]]
+    assert {w["device"] for w in healthy}.isdisjoint(down_devices)
+    assert sum(w["jobs_done"] for w in healthy) == 1  # the third device proved the next job
 
 
 def test_a_transient_device_error_requeues_the_job_and_keeps_the_device(circuits, tmp_path):
     with engine_with(tmp_path, circuits, [emulated(0, runtime=OnceFailingRuntime())]) as engine:
         record = engine.await_result(engine.submit("one", circuits["one"][1].read_bytes()), timeout=300)
-        [worker] = proving_workers(engine)
+        workers = proving_workers(engine)
     assert record.state is JobState.DONE, record.error
-    assert worker["healthy"] and worker["device_errors"] == 1 and worker["jobs_done"] == 1
+    assert all(w["healthy"] for w in workers) and sum(w["jobs_done"] for w in workers) == 1
+    [worker] = [w for w in workers if w["device_errors"]]
+    assert worker["device_errors"] == 1
     assert "unspecified launch failure" in worker["error"] and "self-test passed" in worker["error"]
 
 
@@ -411,7 +422,7 @@ def test_devices_setting_from_the_daemon_config(tmp_path):
     assert EngineConfig.from_mapping(tmp_path, {}).devices == "all"
 
 
-def test_synth_workers_auto_keeps_a_job_ready_for_every_device(tmp_path):
+def test_synth_workers_auto_keeps_a_job_ready_for_every_proving_slot(tmp_path):
     def workers(backends, **config) -> int:
         engine = Engine(EngineConfig(data_dir=tmp_path / f"d{len(backends)}{config}", budget_bytes=1 << 30, reconcile=False,
                                      measure_peaks=False, **config), backends=backends)
@@ -420,8 +431,10 @@ def test_synth_workers_auto_keeps_a_job_ready_for_every_device(tmp_path):
         finally:
             engine.stop()
 
-    assert workers([emulated(0), emulated(1)]) == 3  # one more than the devices
-    assert workers([emulated(0)]) == 2
+    lanes = MAX_PROOFS_PER_DEVICE
+    assert workers([emulated(0), emulated(1)]) == 2 * lanes + 1  # one more than the proofs the devices run at once
+    assert workers([emulated(0), emulated(1)], proofs_per_device=1) == 3
+    assert workers([emulated(0)]) == lanes + 1
     assert workers([get_backend("cpu")]) == 1  # CPU proving needs the cores synthesis would take
     assert workers([emulated(0), emulated(1)], synth_workers=5) == 5
     with pytest.raises(ValueError, match='synth_workers must be "auto" or a whole number'):
@@ -481,7 +494,8 @@ def test_gpu_chunked_double_buffered_msm_matches_resident(circuits):
     resident = backend.upload_bases(BN254, "g1", zkey.a)
     want = backend.msm_g1(BN254, resident, scalars)
     small = CudaBackend(min_msm_chunk=8, vram_budget=VramBudget(backend.msm_working_bytes(BN254, "g1", 16, buffers=2), 0))
-    assert small.msm.plan(BN254, "g1", zkey.n_vars) < zkey.n_vars
+    with small.msm.plan(BN254, "g1", zkey.n_vars) as plan:
+        assert plan.chunk < zkey.n_vars
     assert small.msm_g1(BN254, zkey.a, scalars) == want
     resident.free()
 

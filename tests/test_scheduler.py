@@ -97,3 +97,18 @@ def test_priority_parse(text, expected):
 def test_priority_parse_rejects(bad):
     with pytest.raises(JobError, match="unknown priority"):
         Priority.parse(bad)
+
+
+def test_a_waiter_gives_up_when_woken_and_leaves_the_jobs_to_others():
+    s: Scheduler[str] = Scheduler()
+    stop = threading.Event()
+    got = []
+    waiter = threading.Thread(target=lambda: got.append(s.pop(give_up=stop.is_set)))
+    waiter.start()
+    stop.set()
+    s.wake()
+    waiter.join(60)
+    assert not waiter.is_alive() and got == [None]
+    s.push("j", Priority.NORMAL, 1, "j")
+    assert s.pop(timeout=0, give_up=stop.is_set) is None and "j" in s  # it never takes a job once it gives up
+    assert s.pop(timeout=0) == ("j", "j")

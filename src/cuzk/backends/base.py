@@ -13,8 +13,9 @@ infinity), so the prover and the tests compare them directly with the oracle.
 
 A ``DeviceBackend`` (CUDA) also has memory of its own: the prover keeps its vectors there,
 the key manager's VRAM tier keeps keys' bases resident there, and the engine gives it pinned
-staging buffers and asks it which failures are the device's. The CPU backend is a plain
-``Backend``: callers ask ``is_device_backend`` rather than probing for attributes.
+staging buffers and asks it which failures are the device's. It runs several proofs at once,
+one per thread, each inside a lane of its own (``new_lane``: its streams). The CPU backend is
+a plain ``Backend``: callers ask ``is_device_backend`` rather than probing for attributes.
 """
 
 from __future__ import annotations
@@ -81,6 +82,12 @@ class DeviceBackend(Backend, Protocol):
 
     def attach_staging(self, staging: StagingSource) -> None:
         """Lend it pinned buffers for its host→device copies, so they overlap kernels (without: synchronous copies)."""
+        ...
+
+    def new_lane(self):
+        """A context manager, made once per proving thread and entered around each proof: everything the backend
+        launches, allocates or copies for the proof inside it runs on the lane's own streams, so proofs in other
+        lanes overlap it; leaving waits for the proof's device work to end. ``close()`` it when the thread ends."""
         ...
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:

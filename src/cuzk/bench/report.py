@@ -271,7 +271,8 @@ def render(report: dict[str, Any], out_dir) -> list:
     head.add_row("workload", f"{names}: {w['jobs']} jobs at concurrency {w['concurrency']}, priorities {', '.join(w['priorities'])}"
                  f" (+{w['warmup_jobs']} warm-up, not measured); witnesses sent as {w.get('witness_sent_as', 'bytes')}")
     head.add_row("daemon", f"{report['daemon']['mode']} {report['daemon']['address']}; backend {', '.join(config.get('backend') or ['?'])}, "
-                 f"synth workers {config.get('synth_workers', '?')}")
+                 f"synth workers {config.get('synth_workers', '?')}"
+                 + (f", proofs per device {config['proofs_per_device']}" if config.get("proofs_per_device") else ""))
     rate = report["proofs_per_s"]
     head.add_row("throughput", "-" if rate is None else f"{rate:.3f} proofs/s ({jobs['done']} proofs in {report['wall_s']:.2f} s)")
     extra = [f"{jobs[k]} {k}" for k in ("failed", "cancelled", "unfinished", "retried") if jobs[k]]

@@ -17,8 +17,13 @@ class EngineConfig:
     budget_over_limit: bool = False  # trust budget_bytes over a lower detected limit (memory.plan, loud warning)
     backend: str = "auto"  # "auto" | "cpu" | "cuda"
     devices: str | list[int] = "all"  # CUDA ordinals with a proving worker each (as CuPy numbers them)
-    # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than
-    # the GPUs, so each device finds its next job ready; 1 on the CPU backend, whose proving needs the same cores.
+    # Proofs each GPU runs at once, each on its own CUDA streams. "auto": as many as fit in its VRAM budget beside the
+    # largest registered key's resident bases, at most prover.sizing.MAX_PROOFS_PER_DEVICE; a count that does not fit
+    # is lowered (logged). The CPU backend proves one at a time.
+    proofs_per_device: int | str = "auto"
+    # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than the
+    # proofs all GPUs run at once, so every proving slot finds its next job ready; 1 on the CPU backend, whose
+    # proving needs the same cores.
     synth_workers: int | str = "auto"
     verify: bool = True
     key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
@@ -37,9 +42,10 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        if self.synth_workers != "auto" and (isinstance(self.synth_workers, bool) or not isinstance(self.synth_workers, int)
-                                             or self.synth_workers < 1):
-            raise ValueError(f"synth_workers must be \"auto\" or a whole number of at least 1, got {self.synth_workers!r}")
+        for name in ("synth_workers", "proofs_per_device"):
+            value = getattr(self, name)
+            if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be \"auto\" or a whole number of at least 1, got {value!r}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
         limit = self.device_errors_per_job

@@ -42,19 +42,28 @@ The API, all thread-safe:
   state change, before the worker's next cancellation check (observers, streaming status).
 
 Inside, one owner per concept: ``tracker`` (live jobs and their transitions), ``admission``
-(can this job start now, with what key and working set), ``workers`` (synthesis, one per
-device, finishing, and the device-error policy), ``scheduler`` (the priority queues), the
-``journal``. This module builds them and wires them together; nothing below imports it.
-``synth_workers`` ("auto": one more than the GPUs, 1 on the CPU backend) bounds the jobs
-synthesizing or synthesized ahead of the devices. Each device has its own backend, VRAM
-budget and resident keys (``KeyManager.on_device``); its copies are staged through one pinned
-pool charged to the host budget.
+(can this job start now, with what key and working set), ``workers`` (synthesis, K per
+device, finishing, and the device-error policy), ``devices`` (the backends and their K),
+``scheduler`` (the priority queues), the ``journal``. This module builds them and wires them
+together; nothing below imports it. Each device has its own backend, VRAM budget and
+resident keys (``KeyManager.on_device``) and runs ``proofs_per_device`` proofs at once ("auto":
+as many as fit its VRAM beside the largest registered key, at most 4; fixed at construction
+from the keys registered then), each device worker in a lane of its own streams, every
+proof's device memory reserved in the device's budget; its copies are staged through one
+pinned pool charged to the host budget. ``synth_workers`` ("auto": one more than the proofs
+all devices run at once, 1 on the CPU backend) bounds the jobs synthesizing or synthesized
+ahead of the devices.
 
 Lock order (outermost first; a thread holding one only takes those below it):
 ``Admission._admitting`` → the key manager's locks → the budget's lock;
-``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back).
-Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, each scheduler's
-condition. No lock is held while a job's listener runs or while a worker waits for a stage.
+``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back);
+a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evictor's
+``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
+the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
+Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
+schedulers' conditions, a lane's lock.
+No lock is held while a job's listener runs, while a worker waits for a stage, or while a
+lane waits for another lane's key upload.
 
 ``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
 the journal, so the next engine on the data directory replays it (as after a crash). A job
@@ -92,6 +101,7 @@ from ..prover.groth16 import check_inputs
 from ..prover.sizing import WorkingSet
 from .admission import Admission
 from .config import EngineConfig
+from .devices import make_backends, proofs_per_backend
 from .intake import FileIdentity, open_witness_file
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 from .journal import DataDirLock, Journal
@@ -105,7 +115,7 @@ log = logging.getLogger("cuzk.engine")
 class Engine:
     def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None):
         """``budget``/``reconciler``: share the daemon's; by default the engine plans its own from the real limit.
-        ``backends``: one device worker per entry; by default one per device of ``config.backend``."""
+        ``backends``: K device workers per entry (``proofs_per_device``); by default one per device of ``config.backend``."""
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(config.data_dir)
@@ -120,7 +130,7 @@ class Engine:
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
-            self.backends = backends if backends is not None else self._make_backends()
+            self.backends = backends if backends is not None else make_backends(config)
             on_device = any(is_device_backend(b) for b in self.backends)
             # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
@@ -135,8 +145,12 @@ class Engine:
         self.tracker = JobTracker(self.journal)
         self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
                                    runtime=self.runtime, measure_peaks=config.measure_peaks)
+        headers = [self.keys.header(name) for name in self.keys.names()]
+        self.proofs_per_device = proofs_per_backend(config.proofs_per_device, self.backends, headers)  # K per backend
+        # "auto": every proving slot finds its next job synthesized when it finishes, and one more is synthesizing;
+        # admission still holds them all to the host budget.
         self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
-            len(self.backends) + 1 if on_device else 1)
+            sum(self.proofs_per_device) + 1 if on_device else 1)
         self._stages = Stages(slots=threading.Semaphore(self.synth_workers))
         self._workers: list[WorkerState] = []
         self._synth_threads: list[threading.Thread] = []
@@ -163,24 +177,6 @@ class Engine:
         log.info("memory budget %s (ceiling %s from %s, margin %s)", format_size(plan.total_bytes),
                  format_size(plan.ceiling_bytes), plan.ceiling_source, format_size(plan.margin_bytes))
         return budget, reconciler
-
-    def _make_backends(self) -> list:
-        """One device worker per configured GPU (each its own CudaBackend and VRAM budget), or the one CPU backend."""
-        from ..backends import BackendUnavailableError, cuda_available, get_backend
-
-        if self.config.backend == "cpu" or (self.config.backend == "auto" and not cuda_available()):
-            return [get_backend("cpu")]
-        if not cuda_available():
-            raise BackendUnavailableError("the cuda backend needs CuPy and an NVIDIA GPU; none was found")
-        from ..backends.cuda import CudaBackend, cupy_device_count
-
-        count = cupy_device_count()
-        ordinals = list(range(count)) if self.config.devices == "all" else self.config.devices
-        missing = [d for d in ordinals if d >= count]
-        if missing:
-            raise BackendUnavailableError(f"devices {missing} do not exist: CuPy sees {count} CUDA device(s) "
-                                          "(ordinals count from 0 among those CUDA_VISIBLE_DEVICES leaves visible)")
-        return [CudaBackend(device=d) for d in ordinals]
 
     def _attach_devices(self) -> None:
         """Give every device backend its VRAM tier in the key manager and the pinned staging pool (charged to
@@ -227,9 +223,11 @@ class Engine:
         for i in range(self.synth_workers):
             state = self._worker(f"synth-{i}", "synthesis")
             self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs).run))
-        provers = [self._worker(f"prove-{i}", "proving", backend) for i, backend in enumerate(self.backends)]
-        policy = DeviceErrorPolicy(self.config.device_errors_per_job, provers, stages, tracker)
-        for state, backend in zip(provers, self.backends):
+        provers = [(self._worker(f"prove-{backend.device}-{k}" if is_device_backend(backend) else f"prove-{i}", "proving",
+                                 backend), backend)
+                   for i, (backend, lanes) in enumerate(zip(self.backends, self.proofs_per_device)) for k in range(lanes)]
+        policy = DeviceErrorPolicy(self.config.device_errors_per_job, [state for state, _ in provers], stages, tracker)
+        for state, backend in provers:
             self._device_threads.append(spawn(state.name, DeviceWorker(state, backend, stages, tracker, self.keys, policy).run))
         state = self._worker("finish", "finishing")
         self._finisher = spawn(state.name, Finisher(state, stages, tracker, self.admission, self.config.verify).run)
@@ -464,6 +462,7 @@ class Engine:
             "workers": [w.snapshot() for w in self._workers],
             "peaks": self.admission.peaks,
             "config": {"backend": [b.name for b in self.backends], "verify": self.config.verify,
-                       "synth_workers": self.synth_workers, "key_tier": self.config.key_tier,
+                       "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
+                       "key_tier": self.config.key_tier,
                        "data_dir": str(self.config.data_dir)},
         }

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from .jobs import Priority
@@ -42,13 +43,16 @@ class Scheduler(Generic[T]):
             heapq.heappush(self._heap, (-int(priority), seq, job_id))
             self._cond.notify()
 
-    def pop(self, timeout: float | None = None) -> tuple[str, T] | None:
-        """The most urgent job, waiting up to ``timeout`` seconds (None = forever); None on timeout."""
+    def pop(self, timeout: float | None = None, give_up: Callable[[], bool] | None = None) -> tuple[str, T] | None:
+        """The most urgent job, waiting up to ``timeout`` seconds (None = forever); None on timeout, or as soon as
+        ``give_up()`` says so (asked before taking a job and whenever ``wake`` is called; it must not block)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             while True:
                 if self._closed:
                     raise SchedulerClosed()
+                if give_up is not None and give_up():
+                    return None
                 while self._heap:
                     _, _, job_id = heapq.heappop(self._heap)
                     entry = self._items.pop(job_id, None)
@@ -58,6 +62,11 @@ class Scheduler(Generic[T]):
                 if remaining is not None and remaining <= 0:
                     return None
                 self._cond.wait(remaining)
+
+    def wake(self) -> None:
+        """Wake every waiter, so that each asks its ``give_up`` again."""
+        with self._cond:
+            self._cond.notify_all()
 
     def remove(self, job_id: str) -> T | None:
         """Take a queued job out; returns its item, or None when it is not queued (any more)."""

@@ -1,10 +1,12 @@
-"""The engine's workers — synthesis, one per device, finishing — and the stages that hand jobs between them.
+"""The engine's workers — synthesis, K per device, finishing — and the stages that hand jobs between them.
 
 A job goes: ``Stages.queued`` → a ``SynthesisWorker`` admits it (``Admission``) and
 synthesizes it → ``Stages.ready`` → a ``DeviceWorker`` proves it → ``Stages.proved`` → the
-``Finisher`` verifies, journals and answers it. ``Stages.slots`` counts jobs synthesizing or
-synthesized and waiting for a device, so synthesis runs ahead of the devices by at most
-``synth_workers`` jobs and never ahead of memory. Every transition goes through the tracker.
+``Finisher`` verifies, journals and answers it. A device has K device workers, each proving
+in its own lane (streams of its own on the device), so K proofs are in flight on it at once.
+``Stages.slots`` counts jobs synthesizing or synthesized and waiting for a device, so
+synthesis runs ahead of the devices by at most ``synth_workers`` jobs and never ahead of
+memory. Every transition goes through the tracker.
 
 Each worker's ``WorkerState`` is written by its own thread and read by status and by the
 device-error policy; its lock is a leaf in the engine's lock order.
@@ -12,6 +14,8 @@ device-error policy; its lock is a leaf in the engine's lock order.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import queue
@@ -127,23 +131,39 @@ class DeviceErrorPolicy:
     """What a CUDA error while proving means for the device and the job.
 
     The device runs a self-test (an NTT and an MSM against the reference arithmetic), which
-    tells a sick device from a job that trips a kernel bug: a device that fails it is marked
-    unhealthy and its worker stops; one that passes keeps proving. The job goes back to the
-    queue for any healthy device until it has hit ``limit`` CUDA errors in all or no healthy
-    device is left; then it fails with a reason naming each device, error and self-test, so a
-    poison job takes at most ``limit`` devices down.
+    tells a sick device from a job that trips a kernel bug: a device that fails it is out of
+    service, all its K workers with it (those waiting for a job stop at once, those proving
+    after their proof); one that passes keeps proving. The job goes back to the queue for any
+    healthy device until it has hit ``limit`` CUDA errors in all or no healthy device (not
+    worker) is left; then it fails with a reason naming each device, error and self-test, so
+    a poison job takes at most ``limit`` devices down.
     """
 
     def __init__(self, limit: int, provers: list[WorkerState], stages: Stages, tracker: JobTracker):
         self.limit = limit
         self.provers = provers
         self.stages, self.tracker = stages, tracker
+        self._lock = threading.Lock()  # a leaf: guards _failed
+        self._failed: dict[object, str] = {}  # device → its failed self-test
+
+    @staticmethod
+    def _device_of(state: WorkerState) -> object:
+        return state.device if state.device is not None else state.name
+
+    def out_of_service(self, state: WorkerState) -> bool:
+        """Whether the worker's device failed its self-test (after another of its workers' errors, perhaps)."""
+        with self._lock:
+            return self._device_of(state) in self._failed
 
     def handle(self, state: WorkerState, backend, job: LiveJob, exc: BaseException) -> bool:
         """Self-test the device, then requeue or fail the job; returns whether the worker carries on."""
         error = f"{type(exc).__name__}: {exc}"
-        lease = job.grant.lease if job.grant is not None else None
-        problem = device_self_test(backend, lease.header.curve if lease is not None else BN254)
+        device = self._device_of(state)
+        with self._lock:
+            problem = self._failed.get(device)
+        if problem is None:  # a device already out of service is not tested again
+            lease = job.grant.lease if job.grant is not None else None
+            problem = device_self_test(backend, lease.header.curve if lease is not None else BN254)
         outcome = _self_test_outcome(problem)
         where = f"device {state.device}" if state.device is not None else f"worker {state.name}"
         job.device_errors.append((where, error, problem))
@@ -153,9 +173,11 @@ class DeviceErrorPolicy:
             log.warning("%s (worker %s) hit a CUDA error on job %s but passed its self-test; it keeps proving: %s",
                         where, state.name, job.id, error, exc_info=exc)
         else:
+            self._take_out_of_service(device, problem, state)
             log.error("%s (worker %s) is out of service: a CUDA error on job %s (%s), then its %s", where, state.name,
                       job.id, error, outcome, exc_info=exc)
-        healthy = any(p.snapshot()["healthy"] for p in self.provers)
+        with self._lock:
+            healthy = any(self._device_of(p) not in self._failed for p in self.provers)  # devices, not workers
         if job.cancelled():
             self.tracker.end_with(job, exc)
         elif len(job.device_errors) >= self.limit or not healthy:
@@ -167,6 +189,17 @@ class DeviceErrorPolicy:
             self.tracker.requeue(job)
             self.stages.queued.push(job.id, job.priority, job.seq, job)
         return problem is None
+
+    def _take_out_of_service(self, device: object, problem: str, failing: WorkerState) -> None:
+        """Mark every worker of ``device`` unhealthy: none of them proves again."""
+        with self._lock:
+            if device in self._failed:  # another of its workers took it out already
+                return
+            self._failed[device] = problem
+        for prover in self.provers:
+            if prover is not failing and self._device_of(prover) == device:
+                prover.update(healthy=False, error=f"device out of service: worker {failing.name}'s {_self_test_outcome(problem)}")
+        self.stages.ready.wake()  # its idle workers waiting for a job stop now
 
     def _failure_reason(self, job: LiveJob, healthy: bool) -> str:
         count = len(job.device_errors)
@@ -182,18 +215,34 @@ class DeviceErrorPolicy:
 
 
 class DeviceWorker:
-    """Proves synthesized jobs on one backend device, one at a time, and hands each proof to the finisher."""
+    """Proves synthesized jobs on one backend device, one at a time in its own lane (a device with K workers runs
+    K proofs at once), and hands each proof to the finisher."""
 
     def __init__(self, state: WorkerState, backend, stages: Stages, tracker: JobTracker, keys: KeyManager,
                  device_errors: DeviceErrorPolicy):
         self.state, self.backend, self.stages, self.tracker, self.keys = state, backend, stages, tracker, keys
         self.device_errors = device_errors
+        self.lane = backend.new_lane() if is_device_backend(backend) else None
 
     def run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self.lane is not None:
+                self.lane.close()
+
+    def _serve(self) -> None:
+        out_of_service = functools.partial(self.device_errors.out_of_service, self.state)
         while True:
             try:
-                job_id, job = self.stages.ready.pop()
+                item = self.stages.ready.pop(give_up=out_of_service)  # woken when a worker's error takes the device down
             except SchedulerClosed:
+                return
+            if item is None:
+                return
+            job_id, job = item
+            if out_of_service():  # the device went down as this job was taken
+                self._hand_back(job)
                 return
             self.stages.slots.release()
             self.state.update(job=job_id)
@@ -209,6 +258,14 @@ class DeviceWorker:
                 self.state.update(job=None, jobs_done=self.state.jobs_done + 1)
                 self.stages.proved.put((job, proof))
 
+    def _hand_back(self, job: LiveJob) -> None:
+        """Put a job taken from ``ready`` back for the other devices (its slot stays taken: it waits again)."""
+        try:
+            self.stages.ready.push(job.id, job.priority, job.seq, job)
+        except SchedulerClosed:  # the engine is stopping: leave it to the journal's replay, as stop() does
+            job.release()
+            self.tracker.interrupt(job)
+
     def _prove(self, job: LiveJob) -> Proof:
         """The proving half on this device; the proof is not verified yet. PROVING is live state only (a replay
         treats it as started, and the device should not wait on a journal commit)."""
@@ -216,7 +273,8 @@ class DeviceWorker:
         self.tracker.set_state(job, JobState.PROVING)
         grant = job.grant
         synthesis, job.synthesis = job.synthesis, None
-        with self.keys.on_device(grant.lease, self.backend) as device_key:  # bases resident in VRAM when they fit
+        # The lane is left (its device work done) before the key's bases are released: nothing reads them after.
+        with self.keys.on_device(grant.lease, self.backend) as device_key, self.lane or contextlib.nullcontext():
             return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
                                      cancelled=job.cancelled)
 

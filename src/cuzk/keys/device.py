@@ -15,6 +15,10 @@ evicts, re-registers or unregisters the key.
 A key is made resident only when its bases *and* the proof's own device working set
 (``proof_vram_bytes``: the NTT vectors and one full-size resident MSM) fit, so residency
 never pushes the proof it serves into chunked MSMs.
+
+Several proving lanes of one device acquire at once: one uploads a key while the others
+wanting it wait for that upload rather than making a second copy; the bases are read-only
+once resident.
 """
 
 from __future__ import annotations
@@ -75,19 +79,36 @@ class DeviceKeys:
         self._lock = threading.Lock()
         self._resident: OrderedDict[str, _Resident] = OrderedDict()  # least recently used first
         self._refused: dict[str, str] = {}  # name → why it is not resident (status)
+        self._uploading: dict[str, threading.Event] = {}  # name → set when its upload (by another lane) ends
         self.evictions = 0
         self.uploads = 0
         backend.vram.register_evictor(self)
 
     def acquire(self, name: str, zkey: ZKey) -> DeviceKeyLease:
         """A lease on ``name``'s bases on this device: resident when they (and a proof beside them) fit."""
-        with self._lock:
-            entry = self._resident.get(name)
-            if entry is not None:
-                entry.refcount += 1
-                entry.last_used = time.monotonic()
-                self._resident.move_to_end(name)
-                return DeviceKeyLease(self, entry, entry.zkey)
+        while True:
+            with self._lock:
+                entry = self._resident.get(name)
+                if entry is not None:
+                    entry.refcount += 1
+                    entry.last_used = time.monotonic()
+                    self._resident.move_to_end(name)
+                    return DeviceKeyLease(self, entry, entry.zkey)
+                uploading = self._uploading.get(name)
+                if uploading is None:
+                    uploading = self._uploading[name] = threading.Event()
+                    break
+            uploading.wait()  # another lane is uploading it: use that copy (or try again if it did not fit)
+        try:
+            return self._upload(name, zkey)
+        finally:
+            with self._lock:
+                del self._uploading[name]
+            uploading.set()
+
+    def _upload(self, name: str, zkey: ZKey) -> DeviceKeyLease:
+        """Make ``name`` resident and lease it, or lease the host key when it does not fit (its caller is the only
+        one uploading ``name``)."""
         bases = bases_bytes(zkey)
         need = bases + proof_vram_bytes(zkey, self.backend)
         vram = self.backend.vram

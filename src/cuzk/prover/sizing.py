@@ -2,7 +2,8 @@
 
 Admission reserves ``host_working_set`` in the host budget; the VRAM tier asks
 ``proof_vram_bytes`` before making a key's bases resident; the prover reserves
-``device_vector_bytes`` for the vectors it keeps on a device. Every figure is exact arithmetic
+``device_vector_bytes`` for the vectors it keeps on a device; the engine runs
+``proofs_in_flight`` proofs at once on each device. Every figure is exact arithmetic
 over the key's header (N = domain size, E = bytes per Fr element, V = number of signals) and
 follows what ``prover.groth16`` allocates:
 
@@ -34,6 +35,7 @@ what it cannot see (allocator slack, backend temporaries).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numba
@@ -46,6 +48,11 @@ ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
 MSM_TASK_POINTS = 1 << 18
 MSM_MAX_BUCKETS = 1 << 19  # window c <= 20, signed digits: 2^(c-1) buckets
 THREAD_SLACK_BYTES = 256 << 10
+# Proofs one device runs at once ("auto"). Two or three in flight fill the gaps one proof leaves on a GPU at small
+# domains (launch latency, each MSM's result read back, the host's synthesis and hand-offs); beyond four the host
+# side (one GIL issuing every lane's launches, synthesis feeding them) is the limit, while every lane costs a
+# synthesized job's host memory waiting for it and a stream whose freed blocks CuPy's pool keeps for that stream.
+MAX_PROOFS_PER_DEVICE = 4
 
 
 @dataclass(frozen=True)
@@ -112,3 +119,41 @@ def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
     MSM with resident bases (the MSM's own count: its chunk planner needs it too)."""
     largest = max(header.n_vars, header.domain_size)
     return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
+
+
+@dataclass(frozen=True)
+class ProofsInFlight:
+    """How many proofs one device runs at once (``proofs``), and the bytes that decided it."""
+
+    proofs: int
+    wanted: int | str  # the configured proofs_per_device ("auto" or a count)
+    fit: int | None  # proofs whose working sets fit beside the binding key's resident bases (None: no key)
+    budget_bytes: int  # the device's VRAM budget
+    bases_bytes: int  # the binding key's resident bases
+    proof_bytes: int  # one proof's device working set with that key (``proof_vram_bytes``)
+
+    @property
+    def lowered(self) -> bool:
+        """A configured count that does not fit and was lowered."""
+        return self.wanted != "auto" and self.proofs < self.wanted
+
+
+def proofs_in_flight(wanted: int | str, backend: DeviceBackend, headers: Iterable[ZKeyHeader]) -> ProofsInFlight:
+    """K for one device: K proofs' working sets (``proof_vram_bytes``) must fit in its VRAM budget beside the
+    resident bases (``bases_bytes``) of the registered key that leaves room for the fewest. "auto" takes as many as
+    fit, at most MAX_PROOFS_PER_DEVICE; a configured count is lowered to what fits. At least 1: a key too large to be
+    resident even beside one proof is proved from host memory in chunked MSMs, one proof at a time. With no key
+    registered, "auto" takes the cap: each proof still reserves what it holds (vectors that do not fit are copied per
+    operation, an MSM that does not fit runs in chunks)."""
+    budget = backend.vram.total_bytes
+    binding = None  # (fit, bases, proof) of the key that fits the fewest proofs
+    for header in headers:
+        bases, proof = bases_bytes(header), proof_vram_bytes(header, backend)
+        fit = max(0, budget - bases) // proof
+        if binding is None or fit < binding[0]:
+            binding = (fit, bases, proof)
+    cap = MAX_PROOFS_PER_DEVICE if wanted == "auto" else wanted
+    if binding is None:
+        return ProofsInFlight(cap, wanted, None, budget, 0, 0)
+    fit, bases, proof = binding
+    return ProofsInFlight(max(1, min(cap, fit)), wanted, fit, budget, bases, proof)

@@ -5,8 +5,9 @@ are taken without a copy to the host and give CuPy results, so a caller that kee
 vectors on the device pays no transfers (the prover does: ``to_device``, ``upload_in_background``).
 
 ``CudaBackend`` is the base.DeviceBackend protocol over three parts, one concept each:
-device.py (the device's runtime, VRAM budget, copy stream, staging and uploads), ntt.py (Fr
-vectors and transforms) and msm.py (MSMs, their chunk planning and resident bases).
+device.py (the device's runtime, VRAM budget, lanes, staging and uploads), ntt.py (Fr
+vectors and transforms) and msm.py (MSMs, their chunk planning and resident bases). Every
+method may be called from several threads at once, each in its own lane (``new_lane``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from ...curves import Curve
 from ...curves.ec import Point
 from ..base import StagingSource
-from .device import CudaDevice, on_device
+from .device import CudaDevice, Lane, on_device
 from .modules import is_device_error
 from .msm import MIN_MSM_CHUNK, CudaMsm
 from .ntt import NTT_LOG_BLOCK_ELEMENTS, CudaNtt
@@ -45,6 +46,9 @@ class CudaBackend:
 
     def attach_staging(self, staging: StagingSource) -> None:
         self.gpu.attach_staging(staging)
+
+    def new_lane(self) -> Lane:
+        return self.gpu.new_lane()
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
         return self.gpu.try_reserve(nbytes, what)

@@ -1,16 +1,20 @@
-"""One CUDA device as the NTT and MSM code sees it: its runtime, VRAM budget, copy stream and uploads.
+"""One CUDA device as the NTT and MSM code sees it: its runtime, VRAM budget, lanes and uploads.
 
-Kernels run on the device's current (legacy default) stream; host→device copies of bases and
-vectors run on a separate non-blocking copy stream, from page-locked memory (a hot key's
-buffer, or a staging buffer from the engine's pinned pool), so they overlap kernels. Every
-copy waits for an event recorded on the compute stream when its destination was allocated,
-because CuPy's pool hands a block freed there to the next allocation at once, trusting that
-stream's order. The same orchestration runs on the host emulation runtime
-(modules.HostRuntime), which is how it is tested without a GPU.
+Several proofs run on one device at once, each in its own ``Lane``: a non-blocking compute
+stream, which the proving thread makes its current stream (CuPy keeps one per thread), so
+every kernel, elementwise op and pool allocation of that proof goes there; a copy stream and a
+copy thread of its own for host→device copies, from page-locked memory (a hot key's buffer, or
+a staging buffer from the engine's pinned pool), so they overlap kernels. Every copy waits for
+an event recorded on its proof's compute stream when its destination was allocated, because
+CuPy's pool hands a block freed there to the next allocation at once, trusting that stream's
+order. A thread outside any lane uses the device's default lane: its current stream (the
+legacy default one) and a shared copy stream. The same orchestration runs on the host
+emulation runtime (modules.HostRuntime), which is how it is tested without a GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +23,7 @@ import numpy as np
 
 from ..base import StagingSource
 from .modules import CupyRuntime
-from .vram import VramBudget, VramExhaustedError, VramReservation
+from .vram import VramBudget, VramReservation
 
 THREADS = 256
 
@@ -86,6 +90,55 @@ class _Deferred:
         return self._future.result().result()
 
 
+class Lane:
+    """One proof's way onto the device: kernels and allocations on ``compute`` (None: the calling thread's current
+    stream), its uploads on ``copy`` from its own ``copier`` thread, so K proofs never wait on each other's copies.
+
+    ``with lane:`` around a proof makes ``compute`` the thread's current stream; leaving waits until the work
+    queued there is done, so nothing a proof launched outlives it (its reservations and buffers go back after).
+    """
+
+    def __init__(self, gpu: CudaDevice, compute, copy, name: str):
+        self._gpu, self.compute, self.copy, self._name = gpu, compute, copy, name
+        self._copier: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._entered: contextlib.ExitStack | None = None
+
+    def copier(self) -> ThreadPoolExecutor:
+        """The thread that stages and starts this lane's next upload while its proving thread drives kernels."""
+        with self._lock:
+            if self._copier is None:
+                self._copier = ThreadPoolExecutor(1, thread_name_prefix=f"cuzk-copy-{self._name}")
+            return self._copier
+
+    def __enter__(self) -> Lane:
+        runtime = self._gpu.runtime
+        stack = contextlib.ExitStack()
+        stack.enter_context(runtime.activate())
+        stack.enter_context(runtime.use_stream(self.compute))
+        self._gpu._local.lane = self
+        self._entered = stack
+        return self
+
+    def __exit__(self, exc_type, *exc) -> None:
+        stack, self._entered = self._entered, None
+        try:
+            self._gpu.runtime.synchronize_stream()
+        except Exception:
+            if exc_type is None:  # a failing device: the proof's own error says more than this one
+                raise
+        finally:
+            self._gpu._local.lane = None
+            stack.close()
+
+    def close(self) -> None:
+        """Stop its copy thread (the lane's proving worker has ended)."""
+        with self._lock:
+            copier, self._copier = self._copier, None
+        if copier is not None:
+            copier.shutdown(wait=True)
+
+
 class CudaDevice:
     """The device ``runtime`` drives (a CupyRuntime on ordinal ``device`` unless given, e.g. the host emulation).
 
@@ -104,9 +157,24 @@ class CudaDevice:
             free, _total = self.runtime.memory_info()
             vram_budget = VramBudget.from_free_memory(free, device)
         self.vram = vram_budget
-        self._lock = threading.Lock()
         self._staging: StagingSource | None = None
-        self._copier: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # .lane: the lane the calling thread is in
+        self._lanes_lock = threading.Lock()
+        self._lanes_made = 0
+        with self.runtime.activate():
+            self._default_lane = Lane(self, None, self.runtime.new_stream(), str(device))
+
+    def new_lane(self) -> Lane:
+        """A lane of its own (compute and copy streams, copy thread) for one proving thread; see ``Lane``."""
+        with self._lanes_lock:
+            self._lanes_made += 1
+            name = f"{self.vram.device}-{self._lanes_made}"
+        with self.runtime.activate():
+            return Lane(self, self.runtime.new_stream(), self.runtime.new_stream(), name)
+
+    def lane(self) -> Lane:
+        """The lane the calling thread is in, or the device's default lane."""
+        return getattr(self._local, "lane", None) or self._default_lane
 
     def attach_staging(self, staging: StagingSource) -> None:
         self._staging = staging
@@ -123,17 +191,25 @@ class CudaDevice:
             return self.runtime.to_device(np.ascontiguousarray(a)), True
         return self.xp.ascontiguousarray(a), False
 
+    def host_copies(self, arrays, what: str):
+        """Reserve, for the length of an operation, the device copies it makes of its host (numpy) ``arrays``: a proof
+        whose vectors did not fit on the device passes host vectors, and each operation copies them in and out. Waits
+        while other lanes' transient reservations (MSMs, such copies) leave no room; a no-op without host arrays."""
+        nbytes = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray))
+        return self.vram.reserve_waiting(nbytes, what) if nbytes else contextlib.nullcontext()
+
     def result(self, dev, to_host: bool):
         """A result where the caller's input was: copied back to the host when it gave a host array."""
         return self.runtime.to_host(dev) if to_host else dev
 
     @on_device
-    def upload_async(self, a, out=None, after=None) -> Upload:
+    def upload_async(self, a, out=None, after=None, lane: Lane | None = None) -> Upload:
         """Start copying host array ``a`` to the device (device arrays pass through); see ``Upload``.
 
         ``out`` (a device array of ``a``'s shape) receives it, with ``after`` the compute-stream event
         the copy must wait for (see ``CupyRuntime.compute_event``); by default a new array, allocated
-        here on the calling thread.
+        here on the calling thread. The copy runs on ``lane``'s copy stream (default: the calling
+        thread's lane; a copy thread passes the lane of the proof it works for).
         """
         if not isinstance(a, np.ndarray):
             return Upload(self.runtime, a, None)
@@ -141,15 +217,16 @@ class CudaDevice:
         if out is None:
             out = self.runtime.empty(a.shape, a.dtype)
             after = self.runtime.compute_event()
+        stream = (lane or self.lane()).copy
         buffer = None
         if self._staging is not None and a.nbytes and not self.runtime.is_pinned(a):
             buffer = self._staging.try_get(a.nbytes, label=f"staging for device {self.vram.device}")
         if buffer is None:  # page-locked already (hot keys), or no host memory to spare: straight from ``a``
-            return Upload(self.runtime, out, self.runtime.copy_async(out, a, after))
+            return Upload(self.runtime, out, self.runtime.copy_async(out, a, after, stream))
         try:
             view = buffer.array[: a.nbytes].view(a.dtype).reshape(a.shape)
             np.copyto(view, a)
-            event = self.runtime.copy_async(out, view, after)
+            event = self.runtime.copy_async(out, view, after, stream)
         except BaseException:
             buffer.release()
             raise
@@ -157,30 +234,22 @@ class CudaDevice:
 
     @on_device
     def upload_in_background(self, a) -> Upload | _Deferred:
-        """``upload_async`` run on the copy thread, so staging ``a`` (a host memcpy) overlaps the caller's kernels.
+        """``upload_async`` run on the calling lane's copy thread, so staging ``a`` (a host memcpy) overlaps the
+        caller's kernels.
 
         The destination is allocated here, on the caller's thread and stream, so the copy is
         ordered after exactly the work queued before this call.
         """
         if not isinstance(a, np.ndarray):
             return Upload(self.runtime, a, None)
+        lane = self.lane()
         out = self.runtime.empty(a.shape, a.dtype)
-        return _Deferred(self.copy_thread().submit(self.upload_async, a, out, self.runtime.compute_event()))
+        return _Deferred(lane.copier().submit(self.upload_async, a, out, self.runtime.compute_event(), lane))
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
         """``nbytes`` of the VRAM budget (idle resident keys evicted for it), or None when they do not fit."""
-        try:
-            return self.vram.reserve(nbytes, what)
-        except VramExhaustedError:
-            return None
+        return self.vram.try_reserve(nbytes, what)
 
     def to_device(self, a):
         """A device copy of ``a`` (for a caller that keeps its vectors on the device across calls)."""
         return self.upload_async(a).result()
-
-    def copy_thread(self) -> ThreadPoolExecutor:
-        """One thread that stages and starts the next chunk's upload while the proving thread drives kernels."""
-        with self._lock:
-            if self._copier is None:
-                self._copier = ThreadPoolExecutor(1, thread_name_prefix=f"cuzk-copy-{self.vram.device}")
-            return self._copier

@@ -117,44 +117,58 @@ class CupyRuntime:
             props = cupy.cuda.runtime.getDeviceProperties(device)
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         self.multiprocessors = int(props["multiProcessorCount"])
-        with self.device:
-            # Non-blocking: copies on it never wait for (nor hold up) kernels on the legacy default stream.
-            self.copy_stream = cupy.cuda.Stream(non_blocking=True)
 
     def activate(self):
         """Context that makes this device current (arrays allocated and kernels run on it)."""
         return self.device
+
+    def new_stream(self):
+        """A non-blocking stream on this device: its work never waits for (nor holds up) the legacy default stream's."""
+        with self.device:
+            return self.xp.cuda.Stream(non_blocking=True)
+
+    @contextlib.contextmanager
+    def use_stream(self, stream):
+        """Make ``stream`` the calling thread's current stream on this device (CuPy keeps one per thread): every
+        kernel, elementwise op and pool allocation the thread makes here goes to it."""
+        with self.device, stream:
+            yield
+
+    def synchronize_stream(self) -> None:
+        """Block until the calling thread's current stream has done the work queued on it."""
+        with self.device:
+            self.xp.cuda.get_current_stream().synchronize()
 
     def empty(self, shape, dtype):
         with self.device:
             return self.xp.empty(shape, dtype=dtype)
 
     def compute_event(self):
-        """An event after the work queued so far on the compute (current) stream.
+        """An event after the work queued so far on the calling thread's current stream (its proof's compute stream).
 
-        CuPy's memory pool reuses a block freed on the compute stream for the next allocation
-        there, ordered by that stream; a copy on the copy stream into such a block must first
-        wait for this event, or it could overwrite memory a queued kernel still reads.
+        CuPy's memory pool reuses a block freed on a stream for the next allocation there,
+        ordered by that stream; a copy on a copy stream into such a block must first wait for
+        this event, or it could overwrite memory a queued kernel still reads.
         """
         with self.device:
             event = self.xp.cuda.Event(disable_timing=True)
             event.record()
         return event
 
-    def copy_async(self, out, host: np.ndarray, after):
-        """Copy ``host`` into device array ``out`` on the copy stream once ``after`` has happened; returns the
+    def copy_async(self, out, host: np.ndarray, after, stream):
+        """Copy ``host`` into device array ``out`` on copy ``stream`` once ``after`` has happened; returns the
         copy's completion event. It overlaps kernels only when ``host`` is page-locked, and ``host`` must
         stay unchanged until the event has completed."""
         with self.device:
             if after is not None:
-                self.copy_stream.wait_event(after)
-            out.set(host, stream=self.copy_stream)
+                stream.wait_event(after)
+            out.set(host, stream=stream)
             done = self.xp.cuda.Event(disable_timing=True)
-            done.record(self.copy_stream)
+            done.record(stream)
         return done
 
     def wait_event(self, event) -> None:
-        """Make later work on the compute (current) stream wait for ``event``, without blocking the host."""
+        """Make later work on the calling thread's current stream wait for ``event``, without blocking the host."""
         with self.device:
             self.xp.cuda.get_current_stream().wait_event(event)
 
@@ -298,6 +312,18 @@ class HostRuntime:
         return contextlib.nullcontext()
 
     @staticmethod
+    def new_stream():
+        return None  # one serial "stream": each call runs to completion before it returns
+
+    @staticmethod
+    def use_stream(stream):
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def synchronize_stream() -> None:
+        pass
+
+    @staticmethod
     def empty(shape, dtype) -> np.ndarray:
         return aligned_empty(shape, dtype)
 
@@ -306,7 +332,7 @@ class HostRuntime:
         return None
 
     @staticmethod
-    def copy_async(out: np.ndarray, host: np.ndarray, after):
+    def copy_async(out: np.ndarray, host: np.ndarray, after, stream):
         np.copyto(out, host)
         return None
 

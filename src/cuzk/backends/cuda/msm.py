@@ -4,14 +4,16 @@ An MSM sorts the scalars' window digits into buckets (count, scan, scatter), acc
 each bucket's bases, then reduces buckets to window sums and windows to one point (Horner).
 Bases are either resident (``upload_bases``, a key's ``upload_key``) or come from the host:
 then an MSM whose working set does not fit the budget runs in chunks, uploading chunk i+1
-into one of two device buffers (on the device's copy thread and stream) while chunk i
-computes from the other.
+into one of two device buffers (on its lane's copy thread and stream) while chunk i
+computes from the other. Planning the chunks and reserving their working set are one step
+(``plan``), so MSMs of several proofs on one device never both count the same free bytes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 
 import numpy as np
 
@@ -19,7 +21,7 @@ from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.zkey import KEY_BASES
 from .device import THREADS, CudaDevice, CudaInputError, Upload, check_vector, grid
-from .vram import DeviceBases, VramExhaustedError
+from .vram import DeviceBases, VramExhaustedError, VramReservation
 
 NO_KEY = 0xFFFFFFFF
 SCALAR_LIMBS = 8
@@ -60,6 +62,20 @@ def check_bases(curve: Curve, group: str, bases) -> int:
     return int(bases.shape[0])
 
 
+@dataclasses.dataclass
+class MsmPlan:
+    """Points per chunk of one MSM and the reservation of its working set (``with`` releases it)."""
+
+    chunk: int
+    reservation: VramReservation
+
+    def __enter__(self) -> MsmPlan:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.reservation.release()
+
+
 class CudaMsm:
     """MSMs and resident bases on ``gpu``.
 
@@ -74,19 +90,25 @@ class CudaMsm:
         self.min_chunk = max(1, int(min_chunk))
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
-        self._marks: list[tuple[str, object]] = []
+        self._local = threading.local()  # .marks: this thread's MSM phase marks (each lane times its own)
+
+    def _marks(self) -> list[tuple[str, object]]:
+        if not hasattr(self._local, "marks"):
+            self._local.marks = []
+        return self._local.marks
 
     def _phase(self, label: str) -> None:
         """Record the end of an MSM phase when phase_log is on (costs one event per phase)."""
         if self.phase_log is not None:
             if label == "start":
-                self._marks.clear()
-            self._marks.append((label, self.runtime.mark()))
+                self._marks().clear()
+            self._marks().append((label, self.runtime.mark()))
 
     def _flush_phases(self) -> None:
-        for (_, a), (label, b) in zip(self._marks, self._marks[1:]):
+        marks = self._marks()
+        for (_, a), (label, b) in zip(marks, marks[1:]):
             self.phase_log.append((label, self.runtime.elapsed_ms(a, b)))
-        self._marks.clear()
+        marks.clear()
 
     # ---------------------------------------------------------------- resident bases
     def upload_bases(self, curve: Curve, group: str, bases) -> DeviceBases:
@@ -111,12 +133,14 @@ class CudaMsm:
 
         The prover takes it in place of the host key, so repeated proofs of one circuit
         upload only their witness. All or nothing: on VramExhaustedError nothing stays
-        reserved. Give the memory back with ``free_key``.
+        reserved. It returns once the copies are done, so proofs on other lanes (streams)
+        may read the bases at once. Give the memory back with ``free_key``.
         """
         uploaded: dict[str, DeviceBases] = {}
         try:
             for name, group in KEY_BASES:
                 uploaded[name] = self.upload_bases(zkey.curve, group, getattr(zkey, name))
+            self.runtime.synchronize_stream()
         except BaseException:
             for bases in uploaded.values():
                 bases.free()
@@ -134,9 +158,7 @@ class CudaMsm:
     def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
         """Upper bound of an n-point MSM's device working set (window chosen for n); ``buffers`` chunks of
         bases in flight when they are not resident (2 while the next chunk's upload overlaps this one)."""
-        return self._msm_bytes(curve, group, n, window_bits(n, curve.r.bit_length()), resident, buffers)
-
-    def _msm_bytes(self, curve: Curve, group: str, n: int, c: int, resident: bool, buffers: int = 1) -> int:
+        c = window_bits(n, curve.r.bit_length())
         windows = -(-(curve.r.bit_length() + 1) // c)
         point_bytes = point_words(curve, group) * 4
         sum_bytes = 2 * point_bytes
@@ -144,28 +166,43 @@ class CudaMsm:
         per_point += 0 if resident else buffers * point_bytes
         return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
 
-    def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> int:
-        """Points per chunk for an MSM of ``n`` points within the VRAM budget left.
+    def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> MsmPlan:
+        """Points per chunk for an MSM of ``n`` points, and their working set reserved in the VRAM budget.
 
-        Asks the budget's evictors (idle resident keys) for room for the whole MSM first; then
-        halves the chunk until its working set (scalars, sorted entries, bucket sums, partial
-        sums, and two chunks of bases unless resident: one computing, one uploading) fits;
-        raises VramExhaustedError when even ``min_chunk`` points do not.
+        Reserves the whole MSM's working set if it fits, idle resident keys evicted for it;
+        else halves the chunk until its working set (scalars, sorted entries, bucket sums,
+        partial sums, and two chunks of bases unless resident: one computing, one uploading)
+        fits in what is free, evicting nothing. When even ``min_chunk`` points do not fit, it
+        waits for another MSM on the device (another lane's) to give its working set back and
+        plans again; VramExhaustedError when no other MSM holds any. Each try reserves or fails
+        under the budget's lock, so concurrent MSMs never plan with the same free bytes.
         """
-        whole = self.working_bytes(curve, group, n, resident)
-        if whole <= self.vram.available_bytes or self.vram.make_room(whole):
-            return n
-        available = self.vram.available_bytes
+        what = f"MSM working set ({n} {curve.name} {group.upper()} points)"
+        while True:
+            releases = self.vram.releases
+            plan = self._try_plan(curve, group, n, resident, what)
+            if plan is not None:
+                return plan
+            if not self.vram.wait_for_release(since=releases):
+                smallest = min(n, self.min_chunk)
+                need = self.working_bytes(curve, group, smallest, resident, buffers=1 if smallest == n else 2)
+                raise VramExhaustedError(
+                    f"MSM of {n} {curve.name} {group.upper()} points: {self.vram.available_bytes / 2**20:.2f} MiB of VRAM "
+                    f"budget left, too little for even {smallest} points ({need / 2**20:.2f} MiB)"
+                )
+
+    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str) -> MsmPlan | None:
+        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident), what, transient=True)
+        if whole is not None:
+            return MsmPlan(n, whole)
         chunk = min(n, (1 << 31) // 32)
         while True:
             need = self.working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
-            if need <= available:
-                return chunk
+            reservation = self.vram.try_reserve(need, what, evict=False, transient=True)
+            if reservation is not None:
+                return MsmPlan(chunk, reservation)
             if chunk <= min(n, self.min_chunk):
-                raise VramExhaustedError(
-                    f"MSM of {n} {curve.name} {group.upper()} points: {available / 2**20:.2f} MiB of VRAM budget left, "
-                    f"too little for even {chunk} points ({need / 2**20:.2f} MiB)"
-                )
+                return None
             chunk = max(min(n, self.min_chunk), chunk // 2)
 
     # ---------------------------------------------------------------- the MSM
@@ -186,15 +223,15 @@ class CudaMsm:
         if n == 0:
             return None
         mod = self.runtime.module(curve, f"msm_{group}")
-        chunk = self.plan(curve, group, n, resident)
         words = point_words(curve, group)
-        chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
         from_host = isinstance(bases, np.ndarray)
-        buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
-        c_max = window_bits(chunk, curve.r.bit_length())
+        lane = self.gpu.lane()  # the copy thread uploads for this proof's lane
 
         total: Point = None
-        with self.vram.reserve(self._msm_bytes(curve, group, chunk, c_max, resident, buffers), "MSM working set"):
+        with self.plan(curve, group, n, resident) as plan:  # the reservation covers two chunk buffers when chunked
+            chunk = plan.chunk
+            chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
+            buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
             if from_host:  # a ring of chunk buffers: chunk i+1 uploads into one while chunk i computes from the other
                 ring = [self.runtime.empty((chunk, words), np.uint32) for _ in range(buffers)]
                 free_after = [self.runtime.compute_event()] * buffers  # when each slot's last reader is done
@@ -206,13 +243,13 @@ class CudaMsm:
                 if not from_host:
                     return Upload(self.runtime, self.xp.ascontiguousarray(bases[start:stop]).reshape(-1, words), None)
                 slot = i % buffers
-                return self.gpu.upload_async(bases[start:stop].reshape(-1, words), ring[slot][: stop - start], free_after[slot])
+                return self.gpu.upload_async(bases[start:stop].reshape(-1, words), ring[slot][: stop - start], free_after[slot], lane)
 
             pending = fetch(0)
             for i, (start, stop) in enumerate(chunks):
                 points = pending.result()
                 last = i + 1 == len(chunks)
-                ahead = None if last or buffers == 1 else self.gpu.copy_thread().submit(fetch, i + 1)
+                ahead = None if last or buffers == 1 else lane.copier().submit(fetch, i + 1)
                 try:
                     c = window_bits(stop - start, curve.r.bit_length())
                     part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
@@ -250,7 +287,7 @@ class CudaMsm:
             raise ScalarOutOfRangeError(offset + bad, curve)
         count = int(offsets[-1])
         if count == 0:
-            self._marks.clear()
+            self._marks().clear()
             return None
         cursor = offsets[:-1].copy()
         del counts

@@ -3,6 +3,11 @@
 A transform runs as shared-memory passes of ``ntt_dif_pass`` (each up to 2^log_block
 elements per block) and one ``ntt_bitrev``; the twiddle and coset-factor tables it reads are
 computed on the device once and kept there, each holding a reservation of the VRAM budget.
+Proofs on several lanes (streams) read them at once: a table is built under the lock and
+published only once its kernels are done, and never written after. One outgrown by a larger
+domain is kept, not freed, because a kernel queued on another lane may still read it, and
+CuPy's pool would hand its block to the next allocation of the stream that made it
+(the kept tables of a geometric series of sizes add up to at most the current one's size).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class CudaNtt:
         self._lock = threading.Lock()
         self._twiddles: dict[str, tuple[int, object, object, VramReservation]] = {}
         self._coset_tables: dict[tuple[str, int], tuple[int, object, object, VramReservation]] = {}
+        self._outgrown: list[tuple] = []  # tables replaced by larger ones: see the module docstring
 
     def _fr_rows(self, curve: Curve, values: list[int]):
         from ...formats.limbs import ints_to_limbs
@@ -55,13 +61,14 @@ class CudaNtt:
         n = check_vector(a, limbs, "a")
         if b is not None and check_vector(b, limbs, "b") != n:
             raise CudaInputError(f"vectors differ in length: {n} and {b.shape[0]}")
-        da, host = self.gpu.device_view(a)
-        db = self.gpu.device_view(b)[0] if b is not None else da
-        out = self.xp.empty_like(da)
-        if n:
-            mod = self.runtime.module(curve, "ntt")
-            self.runtime.launch(mod, "fr_elementwise", grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
-        return self.gpu.result(out, host)
+        with self.gpu.host_copies((a, b, a), "an Fr vector op's host operands and result"):
+            da, host = self.gpu.device_view(a)
+            db = self.gpu.device_view(b)[0] if b is not None else da
+            out = self.xp.empty_like(da)
+            if n:
+                mod = self.runtime.module(curve, "ntt")
+                self.runtime.launch(mod, "fr_elementwise", grid(n), THREADS, (da, db, out, np.uint64(n), np.uint32(op)))
+            return self.gpu.result(out, host)
 
     def _pow_table(self, curve: Curve, base: int, count: int):
         """Device table of base^i (Montgomery) for i < count, computed on the device."""
@@ -83,11 +90,9 @@ class CudaNtt:
                 return cached[:3]
             count = 1 << (m - 1)
             reservation = self.vram.reserve(2 * count * curve.Fr.n8, f"{curve.name} twiddles for 2^{m}")
-            if cached is not None:
-                cached[3].release()
             w = curve.fr_root_of_unity(m)
             entry = (m, self._pow_table(curve, w, count), self._pow_table(curve, pow(w, -1, curve.r), count), reservation)
-            self._twiddles[curve.name] = entry
+            self._publish(self._twiddles, curve.name, entry)
             return entry[:3]
 
     def _coset_factors(self, curve: Curve, shift: int, n: int):
@@ -100,12 +105,18 @@ class CudaNtt:
             n_lo = min(n, 1 << COSET_SPLIT)
             n_hi = max(1, n >> COSET_SPLIT)
             reservation = self.vram.reserve((n_lo + n_hi) * curve.Fr.n8, f"{curve.name} coset factors")
-            if cached is not None:
-                cached[3].release()
             hi = self._pow_table(curve, pow(shift, 1 << COSET_SPLIT, curve.r), n_hi)
             entry = (n, hi, self._pow_table(curve, shift, n_lo), reservation)
-            self._coset_tables[key] = entry
+            self._publish(self._coset_tables, key, entry)
             return entry[1:3]
+
+    def _publish(self, cache: dict, key, entry: tuple) -> None:
+        """Make a table built on this thread's stream visible to every lane (under ``_lock``), once it is computed."""
+        self.runtime.synchronize_stream()
+        outgrown = cache.get(key)
+        if outgrown is not None:
+            self._outgrown.append(outgrown)
+        cache[key] = entry
 
     def transform(self, curve: Curve, a, inverse: bool, shift: int | None):
         """The NTT of ``a`` (inverse: the INTT), its coefficients first scaled by shift^i when ``shift`` is given."""
@@ -118,6 +129,11 @@ class CudaNtt:
             raise CudaInputError(f"{curve.name} has no 2^{m} roots of unity (two-adicity {curve.fr_two_adicity})")
         if shift is not None and shift % curve.r == 0:
             raise CudaInputError("coset shift must be non-zero")
+        with self.gpu.host_copies((a,), "an NTT's host vector"):
+            return self._transform(curve, a, inverse, shift, m)
+
+    def _transform(self, curve: Curve, a, inverse: bool, shift: int | None, m: int):
+        n = 1 << m
         data, host = self.gpu.device_copy(a)
         if m == 0:
             return self.gpu.result(data, host)

@@ -2,9 +2,13 @@
 
 The budget starts from what cudaMemGetInfo reports free when the backend is created,
 minus a margin (CUDA context growth, CuPy's pool rounding, other processes' small
-allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation;
-an MSM sizes its chunks from what is left, so nothing is ever launched to fail for lack
-of memory. Evictors (the key manager's VRAM tier) give back idle resident bases when a
+allocations). Everything long-lived (resident bases, twiddle tables) holds a reservation,
+and so does everything a proof holds while it runs (its vectors, each MSM's working set: an
+MSM's chunk plan *is* its reservation), so the proofs several lanes run on one device at once
+never together exceed the budget, and nothing is launched to fail for lack of memory. An MSM
+that finds no room while other MSMs hold theirs waits for one to end (``wait_for_release``):
+an MSM holds its working set only while it computes, waiting for nothing else, so that wait
+always ends. Evictors (the key manager's VRAM tier) give back idle resident bases when a
 reservation or a whole MSM's working set needs the room (``make_room``).
 """
 
@@ -33,6 +37,9 @@ class VramBudget:
         self.device = device
         self._reserved = 0
         self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
+        self._transient = 0  # bytes of reservations that end on their own (MSM working sets): worth waiting for
+        self._releases = 0  # transient reservations ended so far (``wait_for_release``)
         self._evictors: list = []  # objects with idle_bytes() and evict_idle(bytes_needed) -> bytes freed
 
     @classmethod
@@ -73,9 +80,21 @@ class VramBudget:
             evictor.evict_idle(short)
         return self.available_bytes >= nbytes
 
-    def reserve(self, nbytes: int, what: str) -> "VramReservation":
+    def try_reserve(self, nbytes: int, what: str, evict: bool = True, transient: bool = False) -> "VramReservation | None":
+        """``reserve``, or None when the bytes do not fit (``evict``: idle holders may be evicted to make them fit)."""
+        if not evict and nbytes > self.available_bytes:
+            return None
+        try:
+            return self.reserve(nbytes, what, evict=evict, transient=transient)
+        except VramExhaustedError:
+            return None
+
+    def reserve(self, nbytes: int, what: str, evict: bool = True, transient: bool = False) -> "VramReservation":
+        """``nbytes`` held until released, checked and taken under the lock (so two callers never both fit in the
+        same room); idle holders are evicted first when they must be and ``evict`` allows. ``transient``: held by
+        work that releases it without waiting for anything else (an MSM), so another may wait for it to end."""
         nbytes = int(nbytes)
-        if nbytes > self.available_bytes:
+        if evict and nbytes > self.available_bytes:
             self.make_room(nbytes)
         with self._lock:
             if nbytes > self.total_bytes - self._reserved:
@@ -84,23 +103,55 @@ class VramBudget:
                     f"{(self.total_bytes - self._reserved) / 2**20:.1f} MiB of its {self.total_bytes / 2**20:.1f} MiB budget is free"
                 )
             self._reserved += nbytes
-        return VramReservation(self, nbytes)
+            self._transient += nbytes if transient else 0
+        return VramReservation(self, nbytes, transient)
 
-    def _release(self, nbytes: int) -> None:
-        with self._lock:
+    def reserve_waiting(self, nbytes: int, what: str) -> "VramReservation":
+        """A transient reservation, waiting for other transient ones to end while it does not fit; VramExhaustedError
+        when it does not fit and none is held."""
+        while True:
+            since = self._releases
+            reservation = self.try_reserve(nbytes, what, transient=True)
+            if reservation is not None:
+                return reservation
+            if not self.wait_for_release(since):
+                return self.reserve(nbytes, what, transient=True)  # the error names the bytes, unless room came since
+
+    @property
+    def releases(self) -> int:
+        """How many transient reservations have ended: read it before a try, then ``wait_for_release(since=...)``."""
+        return self._releases
+
+    def wait_for_release(self, since: int) -> bool:
+        """Wait until a transient reservation ends after the ``since`` reading of ``releases``; False at once when
+        none has and none is held (nothing would ever end on its own: waiting could not help)."""
+        with self._released:
+            while self._releases == since:
+                if not self._transient:
+                    return False
+                self._released.wait()
+            return True
+
+    def _release(self, nbytes: int, transient: bool) -> None:
+        with self._released:
             self._reserved -= nbytes
+            if transient:
+                self._transient -= nbytes
+                self._releases += 1
+                self._released.notify_all()
 
 
 @dataclass
 class VramReservation:
     budget: VramBudget
     nbytes: int
+    transient: bool = False
     _released: bool = field(default=False, repr=False)
 
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self.budget._release(self.nbytes)
+            self.budget._release(self.nbytes, self.transient)
 
     def __enter__(self) -> "VramReservation":
         return self
