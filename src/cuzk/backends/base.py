@@ -29,6 +29,7 @@ from ..curves.serialize import g1_to_bytes, g2_to_bytes
 
 if TYPE_CHECKING:
     from ..memory.pinned import PinnedBuffer
+    from .cuda.synth import DeviceCoefficients
     from .cuda.vram import VramBudget, VramReservation
 
 
@@ -102,7 +103,17 @@ class DeviceBackend(Backend, Protocol):
         ...
 
     def free_key(self, key) -> None:
-        """Give back the VRAM of a key from ``upload_key``."""
+        """Give back the VRAM of a key from ``upload_key`` (its coefficients too, when they were made resident)."""
+        ...
+
+    def upload_coefficients(self, curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> DeviceCoefficients:
+        """A key's coefficient section (the zkey's structured array) resident in VRAM in the layout ``evaluate_ab``
+        reads; raises a MemoryError (nothing kept) when it does not fit. ``free()`` gives it back."""
+        ...
+
+    def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):
+        """Synthesis on the device: (A·w, B·w) in Montgomery form from resident ``coeffs`` and the witness ``w``
+        (standard form), as ``backends.cpu.synth.evaluate_ab`` computes them; device arrays for a device ``w``."""
         ...
 
     def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
