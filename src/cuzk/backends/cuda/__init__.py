@@ -24,6 +24,7 @@ __all__ = [
     "CudaBackendError",
     "CudaInputError",
     "DeviceBases",
+    "DeviceCoefficients",
     "HostRuntime",
     "ScalarOutOfRangeError",
     "VramBudget",
