@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import corpus_dir, snarkjs_verify
+from conftest import snarkjs_verify
 from cuzk.backends.cpu.synth import evaluate_ab
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler
@@ -201,17 +201,21 @@ def _gpu_or_skip() -> CudaBackend:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("curve", CURVES)
-def test_gpu_device_ab_equal_the_cpus_at_2_18(curve, tmp_path):
+def test_gpu_device_ab_equal_the_cpus_at_2_18(curve):
+    from cuzk.prover.setup import coefficient_section
+
     backend = _gpu_or_skip()
     made = synthesize(curve, (1 << 18) - 8, n_public=2, seed=18)
-    setup(with_long_row(made.r1cs, 5000), tmp_path / "circuit.zkey")
-    zkey = read_zkey(tmp_path / "circuit.zkey")
-    assert zkey.domain_size == 1 << 18
-    coeffs = backend.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size)
+    section = coefficient_section(with_long_row(made.r1cs, 5000))  # the zkey's section, without a whole setup
+    n, w = 1 << 18, made.witness
+    coeffs = backend.upload_coefficients(curve, section, len(w), n)
     try:
-        a, b = backend.evaluate_ab(zkey.curve, coeffs, made.witness)
-        want_a, want_b = evaluate_ab(zkey.curve, zkey.coeffs, made.witness, zkey.domain_size)
+        assert len(coeffs.long_rows) >= 1
+        a, b = backend.evaluate_ab(curve, coeffs, w)
+        want_a, want_b = evaluate_ab(curve, section, w, n)
         assert np.array_equal(a, want_a) and np.array_equal(b, want_b)
+        da, db = backend.evaluate_ab(curve, coeffs, backend.to_device(w))  # device in, device out
+        assert np.array_equal(da.get(), want_a) and np.array_equal(db.get(), want_b)
     finally:
         coeffs.free()
 

@@ -14,13 +14,14 @@ evicts, re-registers or unregisters the key.
 
 A key is made resident only when its bases *and* the proof's own device working set
 (``proof_vram_bytes``: the NTT vectors and one full-size resident MSM) fit, so residency
-never pushes the proof it serves into chunked MSMs. For a job whose synthesis was left to the device
-(``acquire(..., coefficients=True)``), its coefficients (``coefficient_bytes``) join them
-when they fit too, at the upload or at a later such acquire when they did not fit then;
-the proof then makes A·w and B·w on the device (``prover.groth16``). ``can_synthesize`` tells admission whether they can fit at all: the engine
-defers synthesis to the devices only for a key every device can hold with its coefficients
-(``KeyManager.synthesizes_on_devices``). A lease's key without resident coefficients
-carries the host key's, so a deferred proof that meets one is synthesized on the CPU.
+never pushes the proof it serves into chunked MSMs. For a job whose synthesis was left to
+the device (``acquire(..., coefficients=True)``), the key's coefficients
+(``coefficient_bytes``) join them when they fit too — at the upload, or at a later such
+acquire when they did not fit then — and the proof makes A·w and B·w on the device
+(``prover.groth16``). ``can_synthesize`` says whether they can fit at all: the engine defers
+synthesis only for a key every device can hold with its coefficients
+(``KeyManager.synthesizes_on_devices``). A lease's key without resident coefficients carries
+the host key's, so a deferred proof that meets one is synthesized on the CPU.
 """
 
 from __future__ import annotations
@@ -51,12 +52,12 @@ class _Resident:
     coefficients_uploading: bool = False  # one acquire at a time adds the coefficients of a key resident without them
 
     @property
-    def synthesizes(self) -> bool:
+    def has_coefficients(self) -> bool:
         return self.zkey.coeffs is not None
 
     def lease_key(self, host: ZKey) -> ZKey:
         """The key a job proves with: the resident one, carrying the host coefficients when it has none of its own."""
-        return self.zkey if self.synthesizes else dataclasses.replace(self.zkey, coeffs=host.coeffs)
+        return self.zkey if self.has_coefficients else dataclasses.replace(self.zkey, coeffs=host.coeffs)
 
 
 class DeviceKeyLease:
@@ -108,7 +109,7 @@ class DeviceKeys:
                 entry.refcount += 1
                 entry.last_used = time.monotonic()
                 self._resident.move_to_end(name)
-                add_coefficients = coefficients and not entry.synthesizes and not entry.coefficients_uploading
+                add_coefficients = coefficients and not entry.has_coefficients and not entry.coefficients_uploading
                 entry.coefficients_uploading |= add_coefficients
         if entry is not None:
             if add_coefficients:
@@ -135,8 +136,9 @@ class DeviceKeys:
             return DeviceKeyLease(None, None, zkey)
         # Proving needs only the bases, the coefficients and the header's points: drop the host arrays, so that
         # evicting the host key really frees its buffer while the device copy lives on.
-        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=self._upload_coefficients(zkey) if with_coefficients else None)
-        nbytes = bases + (device_zkey.coeffs.nbytes if device_zkey.coeffs is not None else 0)
+        resident_coefficients = self._upload_coefficients(zkey) if with_coefficients else None
+        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=resident_coefficients)
+        nbytes = bases + (resident_coefficients.nbytes if resident_coefficients is not None else 0)
         entry = _Resident(name, device_zkey, nbytes, refcount=1, last_used=time.monotonic(),
                           upload_seconds=time.perf_counter() - t0)
         with self._lock:
@@ -144,7 +146,7 @@ class DeviceKeys:
             self._resident[name] = entry
             self.uploads += 1
         log.info("key %s resident on device %d (%s%s, uploaded in %.3f s)", name, self.device, format_size(nbytes),
-                 " with its coefficients" if entry.synthesizes else "", entry.upload_seconds)
+                 " with its coefficients" if entry.has_coefficients else "", entry.upload_seconds)
         return DeviceKeyLease(self, entry, entry.lease_key(zkey))
 
     def _room_for(self, nbytes: int) -> bool:
@@ -234,7 +236,8 @@ class DeviceKeys:
                 "resident_bytes": sum(e.nbytes for e in self._resident.values()),
                 "uploads": self.uploads,
                 "evictions": self.evictions,
-                "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "coefficients": e.synthesizes, "idle_s": None if e.refcount else round(now - e.last_used, 3),
+                "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "coefficients": e.has_coefficients,
+                                  "idle_s": None if e.refcount else round(now - e.last_used, 3),
                                   "upload_s": round(e.upload_seconds, 4)} for e in self._resident.values()},
                 "not_resident": dict(self._refused),
             }

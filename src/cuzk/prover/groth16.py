@@ -2,9 +2,10 @@
 
 The steps follow snarkjs's groth16_prove: evaluate A·w and B·w on the domain from the
 key's coefficient section (on the CPU, or — a deferred synthesis — on the device from the
-key's resident coefficients, so the vectors never exist on the host), C = A∘B, interpolate each and evaluate on the odd coset of the
-double domain (the zkey's H points are that coset's Lagrange basis, divided by Z), then
-five MSMs and the blinding with fresh r, s from the OS CSPRNG.
+key's resident coefficients, so the vectors never exist on the host), C = A∘B,
+interpolate each and evaluate on the odd coset of the double domain (the zkey's H points
+are that coset's Lagrange basis, divided by Z), then five MSMs and the blinding with fresh
+r, s from the OS CSPRNG.
 """
 
 from __future__ import annotations

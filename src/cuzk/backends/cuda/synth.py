@@ -100,12 +100,12 @@ class CudaSynthesis:
         rows = 2 * coeffs.domain_size
         out = self.xp.empty((rows, curve.Fr.limbs32), dtype=np.uint32)
         mod = self.runtime.module(curve, "synth")
-        self.runtime.launch(mod, "synth_rows", grid(rows), THREADS,
-                            (coeffs.row_starts, coeffs.signals, coeffs.values, dw, out, np.uint64(rows), np.uint32(coeffs.long_row)))
+        resident = (coeffs.row_starts, coeffs.signals, coeffs.values)
+        self.runtime.launch(mod, "synth_rows", grid(rows), THREADS, (*resident, dw, out, np.uint64(rows), np.uint32(coeffs.long_row)))
         n_long = int(coeffs.long_rows.shape[0])
         if n_long:
             self.runtime.launch(mod, "synth_long_rows", n_long, LONG_ROW_THREADS,
-                                (coeffs.long_rows, coeffs.row_starts, coeffs.signals, coeffs.values, dw, out),
+                                (coeffs.long_rows, *resident, dw, out),
                                 shared_bytes=LONG_ROW_THREADS * curve.Fr.n8)
         out = self.gpu.result(out, host)
         return out[: coeffs.domain_size], out[coeffs.domain_size :]
