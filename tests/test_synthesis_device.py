@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import snarkjs_verify
-from cuzk.backends.cpu.synth import evaluate_ab
+from cuzk.backends.cpu.synth import SynthesisInputError, evaluate_ab
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler
 from cuzk.circuits.synthetic import synthesize, write_synthetic
@@ -142,6 +142,22 @@ def test_a_resident_key_gains_its_coefficients_when_a_deferred_job_asks_and_they
         added = lease.zkey.coeffs.nbytes
     assert keys.uploads == 1 and keys.status()["resident_bytes"] == bases_bytes(zkey) + added
     assert keys.drop("k") == bases_bytes(zkey) + added and backend.vram.reserved_bytes == 0
+
+
+def test_coefficients_outside_the_key_are_refused_and_nothing_stays_reserved(circuit):
+    zkey = read_zkey(circuit[0])
+    short = dataclasses.replace(zkey, n_vars=int(zkey.coeffs["signal"].max()))  # the highest signal is out of range
+    backend = emulated()
+    with pytest.raises(SynthesisInputError, match="signal"):
+        backend.upload_coefficients(short.curve, short.coeffs, short.n_vars, short.domain_size)
+    keys = DeviceKeys(backend)
+    with pytest.raises(SynthesisInputError):
+        keys.acquire("k", short, coefficients=True)
+    assert backend.vram.reserved_bytes == 0 and keys.resident_names() == []
+    keys.acquire("k", zkey).release()  # resident without coefficients; a deferred job's acquire then fails alone
+    with pytest.raises(SynthesisInputError):
+        keys.acquire("k", short, coefficients=True)
+    assert keys.status()["keys"]["k"]["in_use"] == 0 and backend.vram.reserved_bytes == bases_bytes(zkey)
 
 
 def test_a_deferred_jobs_host_working_set_has_no_ab_halves(circuit):

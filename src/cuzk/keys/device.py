@@ -113,7 +113,11 @@ class DeviceKeys:
                 entry.coefficients_uploading |= add_coefficients
         if entry is not None:
             if add_coefficients:
-                self._add_coefficients(entry, zkey)
+                try:
+                    self._add_coefficients(entry, zkey)
+                except BaseException:
+                    self._release(entry)
+                    raise
             return DeviceKeyLease(self, entry, entry.lease_key(zkey))
         bases = bases_bytes(zkey)
         need = bases + proof_vram_bytes(zkey, self.backend)
@@ -136,7 +140,11 @@ class DeviceKeys:
             return DeviceKeyLease(None, None, zkey)
         # Proving needs only the bases, the coefficients and the header's points: drop the host arrays, so that
         # evicting the host key really frees its buffer while the device copy lives on.
-        resident_coefficients = self._upload_coefficients(zkey) if with_coefficients else None
+        try:
+            resident_coefficients = self._upload_coefficients(zkey) if with_coefficients else None
+        except BaseException:  # a device error, or coefficients that index outside the key: nothing stays reserved
+            self.backend.free_key(device_zkey)
+            raise
         device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=resident_coefficients)
         nbytes = bases + (resident_coefficients.nbytes if resident_coefficients is not None else 0)
         entry = _Resident(name, device_zkey, nbytes, refcount=1, last_used=time.monotonic(),
@@ -163,13 +171,16 @@ class DeviceKeys:
 
     def _add_coefficients(self, entry: _Resident, zkey: ZKey) -> None:
         """Make a resident key's coefficients resident too when they, and a proof beside them, fit now."""
-        fits = self._room_for(coefficient_bytes(zkey) + proof_vram_bytes(zkey, self.backend))
-        coefficients = self._upload_coefficients(zkey) if fits else None
-        with self._lock:
-            entry.coefficients_uploading = False
-            if coefficients is not None:
-                entry.zkey = dataclasses.replace(entry.zkey, coeffs=coefficients)
-                entry.nbytes += coefficients.nbytes
+        coefficients = None
+        try:
+            if self._room_for(coefficient_bytes(zkey) + proof_vram_bytes(zkey, self.backend)):
+                coefficients = self._upload_coefficients(zkey)
+        finally:
+            with self._lock:
+                entry.coefficients_uploading = False
+                if coefficients is not None:
+                    entry.zkey = dataclasses.replace(entry.zkey, coeffs=coefficients)
+                    entry.nbytes += coefficients.nbytes
 
     def _release(self, entry: _Resident) -> None:
         with self._lock:
