@@ -12,7 +12,8 @@ MSM results come back as reference affine points (``curves.ec`` tuples, ``None``
 infinity), so the prover and the tests compare them directly with the oracle.
 
 A ``DeviceBackend`` (CUDA) also has memory of its own: the prover keeps its vectors there,
-the key manager's VRAM tier keeps keys' bases resident there, and the engine gives it pinned
+the key manager's VRAM tier keeps keys' bases (and coefficients, for synthesis on the device)
+resident there, and the engine gives it pinned
 staging buffers and asks it which failures are the device's. The CPU backend is a plain
 ``Backend``: callers ask ``is_device_backend`` rather than probing for attributes.
 """
