@@ -88,6 +88,26 @@ def test_device_ab_equal_the_cpus(circuit, long_row):
     assert backend.vram.reserved_bytes == 0
 
 
+def test_coefficients_upload_in_chunks_through_the_staging_pool(circuit, monkeypatch):
+    from cuzk.backends.cuda import synth as cuda_synth
+    from cuzk.memory.budget import MemoryBudget
+    from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
+
+    zkey = read_zkey(circuit[0])
+    w = np.ascontiguousarray(read_wtns(circuit[1]).values)
+    monkeypatch.setattr(cuda_synth, "UPLOAD_CHUNK_ENTRIES", 64)
+    pool = PinnedPool(MemoryBudget(64 * MiB), PageAlignedAllocator())
+    backend = emulated()
+    backend.attach_staging(pool)
+    coeffs = backend.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size)
+    stats, chunks = pool.stats(), -(-len(zkey.coeffs) // 64)
+    assert chunks > 4 and stats["hits"] + stats["misses"] >= 2 * chunks  # each chunk's signals and values staged
+    assert stats["in_use_buffers"] == 0  # and every staging buffer given back
+    a, b = backend.evaluate_ab(zkey.curve, coeffs, w)
+    want_a, want_b = evaluate_ab(zkey.curve, zkey.coeffs, w, zkey.domain_size)
+    assert np.array_equal(a, want_a) and np.array_equal(b, want_b)
+
+
 def test_a_deferred_synthesis_is_evaluated_on_the_device_and_the_proof_verifies(circuit, tmp_path):
     zkey_path, wtns_path = circuit
     zkey = read_zkey(zkey_path)
