@@ -1,14 +1,17 @@
-"""Time the CUDA backend's NTT and MSM (G1, G2) on both curves, and full corpus proofs.
+"""Time the CUDA backend's NTT, MSM (G1, G2) and synthesis on both curves, and full corpus proofs.
 
     PYTHONPATH=src python3 benchmarks/gpu_ops.py [--sizes 16,20,22,24] [--cpu-max-log 20]
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --prebuild DIR   # nvcc-build the cubins (no GPU needed)
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1 --host-bases 8   # upload overlap
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
 MSM module, reusing its field and point types), scalars uniform below 2^253. Every MSM
 result is checked against the closed form (a·Σ i·s_i + b·Σ s_i)·G; every NTT is checked by
-its inverse. Times are medians of CUDA-event-timed runs after a warm-up; MSM bases are
+its inverse. Synthesis (op "synth", not run by default: it draws a synthetic circuit of
+2^log_n constraints on the host first) evaluates A·w and B·w from resident coefficients and
+is checked against, and timed next to, the CPU's synthesis. Times are medians of CUDA-event-timed runs after a warm-up; MSM bases are
 resident (uploaded once, as the key manager keeps them), scalars already on the device.
 Where the CPU backend is importable, it runs on the same inputs up to 2^cpu-max-log and
 the ratio is printed.
@@ -149,6 +152,33 @@ def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows):
     print(json.dumps(row), flush=True)
 
 
+def bench_synth(backend, timer, curve, log_n, rows):
+    import cupy
+
+    from cuzk.backends.cpu.synth import evaluate_ab
+    from cuzk.circuits.synthetic import synthesize
+    from cuzk.prover.setup import coefficient_section
+
+    circuit = synthesize(curve, (1 << log_n) - 8, n_public=1, seed=log_n)
+    coeffs, n, w = coefficient_section(circuit.r1cs), 1 << log_n, circuit.witness
+    t = time.perf_counter()
+    resident = backend.upload_coefficients(curve, coeffs, len(w), n)
+    upload_ms = (time.perf_counter() - t) * 1e3
+    try:
+        w_device = cupy.asarray(w)
+        ms, (a, b) = timer(lambda: backend.evaluate_ab(curve, resident, w_device), 5 if log_n <= 20 else 3)
+        t = time.perf_counter()
+        want_a, want_b = evaluate_ab(curve, coeffs, w, n)
+        cpu_ms = (time.perf_counter() - t) * 1e3
+        ok = bool(np.array_equal(a.get(), want_a) and np.array_equal(b.get(), want_b))
+    finally:
+        resident.free()
+    row = {"op": "synth", "curve": curve.name, "log_n": log_n, "ms": ms, "upload_ms": upload_ms, "entries": len(coeffs),
+           "cpu_ms": cpu_ms, "cpu_ratio": cpu_ms / ms, "ok": ok}
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+
+
 def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -> dict:
     """Non-resident MSMs from page-locked host bases: whole (one upload, then compute), and in ``chunks``
     chunks (a VRAM budget that forces them) with the next chunk's upload overlapping this chunk's compute
@@ -279,7 +309,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="16,20,22,24", help="log2 sizes (default 16,20,22,24)")
     ap.add_argument("--curves", default="bn254,bls12_381")
-    ap.add_argument("--ops", default="ntt,msm_g1,msm_g2")
+    ap.add_argument("--ops", default="ntt,msm_g1,msm_g2", help="of ntt,msm_g1,msm_g2,synth (default: all but synth)")
     ap.add_argument("--cpu-max-log", type=int, default=-1,
                     help="also time the CPU backend up to this log size (and on the corpus proofs); off by default")
     ap.add_argument("--host-bases", type=int, default=0, metavar="CHUNKS",
@@ -293,7 +323,7 @@ def main(argv=None) -> int:
 
     if args.prebuild:
         for curve in curves:
-            sources = {kind: module_source(curve, kind) for kind in ("ntt", "msm_g1", "msm_g2")}
+            sources = {kind: module_source(curve, kind) for kind in ("ntt", "synth", "msm_g1", "msm_g2")}
             sources.update({f"bench_{g}": group_source(curve, g, GENERATOR_KERNEL) for g in ("g1", "g2")})
             sources.update({f"fixed_base_{g}": group_source(curve, g, (KERNEL_DIR / "fixed_base.cu").read_text()) for g in ("g1", "g2")})
             for kind, source in sources.items():
@@ -307,7 +337,7 @@ def main(argv=None) -> int:
           f"{backend.vram.total_bytes / 2**30:.1f} GiB, prebuilt cubins: {os.environ.get(PREBUILT_ENV) or 'no'}", flush=True)
     t = time.perf_counter()
     for curve in curves:
-        for kind in ("ntt", "msm_g1", "msm_g2"):
+        for kind in ("ntt", "synth", "msm_g1", "msm_g2"):
             backend.runtime.module(curve, kind)
     print(f"modules loaded in {time.perf_counter() - t:.1f} s", flush=True)
     cpu = cpu_backend() if args.cpu_max_log >= 0 else None
@@ -323,6 +353,8 @@ def main(argv=None) -> int:
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
                     bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases)
+            if "synth" in ops:
+                bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:
         bench_proofs(backend, args.proofs, cpu, rows, proofs)
     if args.out:
@@ -335,7 +367,7 @@ def main(argv=None) -> int:
             continue
         ms = r.get("ntt_ms", r.get("ms"))
         extra = (f"({r['intt_ms']:.2f} / {r['coset_ntt_ms']:.2f})" if r["op"] == "ntt"
-                 else f"(sparse {r['ms_sparse_witness']:.2f})")
+                 else f"(upload {r['upload_ms']:.0f})" if r["op"] == "synth" else f"(sparse {r['ms_sparse_witness']:.2f})")
         cpu_ms = r.get("cpu_ntt_ms", r.get("cpu_ms", float("nan")))
         print(f"{r['curve']:10s} {r['op']:8s} {r['log_n']:5d} {ms:9.2f}   {extra:20s} {cpu_ms:9.1f} {r.get('cpu_ratio', float('nan')):6.1f}  {r['ok']}"
               + ("" if r.get("ok_sparse", True) else " SPARSE WRONG"))

@@ -121,7 +121,7 @@ def test_a_resident_key_is_uploaded_once_and_counted_while_in_use(circuits):
         assert first.resident and first.zkey.a.points is not None
         assert backend.vram.reserved_bytes == bases_bytes(zkey)
         with keys.acquire("one", zkey) as second:
-            assert second.zkey is first.zkey  # the same resident bases: nothing uploaded again
+            assert second.zkey.a is first.zkey.a  # the same resident bases: nothing uploaded again
             assert keys.status()["keys"]["one"]["in_use"] == 2
         bases = first.zkey.a
     assert keys.uploads == 1

@@ -12,10 +12,11 @@ MSM results come back as reference affine points (``curves.ec`` tuples, ``None``
 infinity), so the prover and the tests compare them directly with the oracle.
 
 A ``DeviceBackend`` (CUDA) also has memory of its own: the prover keeps its vectors there,
-the key manager's VRAM tier keeps keys' bases resident there, and the engine gives it pinned
-staging buffers and asks it which failures are the device's. It runs several proofs at once,
-one per thread, each inside a lane of its own (``new_lane``: its streams). The CPU backend is
-a plain ``Backend``: callers ask ``is_device_backend`` rather than probing for attributes.
+the key manager's VRAM tier keeps keys' bases (and coefficients, for synthesis on the device)
+resident there, and the engine gives it pinned staging buffers and asks it which failures are
+the device's. It runs several proofs at once, one per thread, each inside a lane of its own
+(``new_lane``: its streams). The CPU backend is a plain ``Backend``: callers ask
+``is_device_backend`` rather than probing for attributes.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..curves.serialize import g1_to_bytes, g2_to_bytes
 
 if TYPE_CHECKING:
     from ..memory.pinned import PinnedBuffer
+    from .cuda.synth import DeviceCoefficients
     from .cuda.vram import VramBudget, VramReservation
 
 
@@ -109,7 +111,17 @@ class DeviceBackend(Backend, Protocol):
         ...
 
     def free_key(self, key) -> None:
-        """Give back the VRAM of a key from ``upload_key``."""
+        """Give back the VRAM of a key from ``upload_key`` (its coefficients too, when they were made resident)."""
+        ...
+
+    def upload_coefficients(self, curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> DeviceCoefficients:
+        """A key's coefficient section (the zkey's structured array) resident in VRAM in the layout ``evaluate_ab``
+        reads; raises a MemoryError (nothing kept) when it does not fit. ``free()`` gives it back."""
+        ...
+
+    def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):
+        """Synthesis on the device: (A·w, B·w) in Montgomery form from resident ``coeffs`` and the witness ``w``
+        (standard form), as ``backends.cpu.synth.evaluate_ab`` computes them; device arrays for a device ``w``."""
         ...
 
     def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:

@@ -97,8 +97,10 @@ class Admission:
         return dict(self._peaks)
 
     def working_set(self, circuit: str) -> WorkingSet:
-        """The reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak)."""
-        return host_working_set(self.keys.header(circuit), on_device=self.on_device,
+        """The reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak); without a/b
+        when the devices synthesize the circuit's proofs (``device_synthesis``: the synthesis worker defers them)."""
+        device_synthesis = self.on_device and self.keys.synthesizes_on_devices(circuit)
+        return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
                                 r1cs_path=self._r1cs_paths.get(circuit), measured_bytes=self._peaks.get(circuit))
 
     def record_peak(self, circuit: str, nbytes: int) -> int:

@@ -117,7 +117,8 @@ class SynthesisWorker:
         witness = read_wtns(self.tracker.journal.witness_path(job.id))
         r1cs_path = self._r1cs_paths.get(job.circuit)
         r1cs = read_r1cs(r1cs_path) if r1cs_path else None
-        job.synthesis = synthesize(job.grant.lease.zkey, witness, r1cs=r1cs, cancelled=job.cancelled)
+        job.synthesis = synthesize(job.grant.lease.zkey, witness, r1cs=r1cs, cancelled=job.cancelled,
+                                   defer_ab=job.grant.workset.device_synthesis)  # a/b then made on the device
         del witness, r1cs
         job.checkpoint()
         self.stages.ready.push(job.id, job.priority, job.seq, job)
@@ -273,8 +274,10 @@ class DeviceWorker:
         self.tracker.set_state(job, JobState.PROVING)
         grant = job.grant
         synthesis, job.synthesis = job.synthesis, None
-        # The lane is left (its device work done) before the key's bases are released: nothing reads them after.
-        with self.keys.on_device(grant.lease, self.backend) as device_key, self.lane or contextlib.nullcontext():
+        # Bases (and the coefficients a deferred synthesis needs) resident in VRAM when they fit. The lane is left
+        # (its device work done) before they are released: nothing reads them after.
+        with (self.keys.on_device(grant.lease, self.backend, coefficients=synthesis.deferred) as device_key,
+              self.lane or contextlib.nullcontext()):
             return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
                                      cancelled=job.cancelled)
 

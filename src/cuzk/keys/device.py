@@ -14,7 +14,14 @@ evicts, re-registers or unregisters the key.
 
 A key is made resident only when its bases *and* the proof's own device working set
 (``proof_vram_bytes``: the NTT vectors and one full-size resident MSM) fit, so residency
-never pushes the proof it serves into chunked MSMs.
+never pushes the proof it serves into chunked MSMs. For a job whose synthesis was left to
+the device (``acquire(..., coefficients=True)``), the key's coefficients
+(``coefficient_bytes``) join them when they fit too — at the upload, or at a later such
+acquire when they did not fit then — and the proof makes A·w and B·w on the device
+(``prover.groth16``). ``can_synthesize`` says whether they can fit at all: the engine defers
+synthesis only for a key every device can hold with its coefficients
+(``KeyManager.synthesizes_on_devices``). A lease's key without resident coefficients carries
+the host key's, so a deferred proof that meets one is synthesized on the CPU.
 
 Several proving lanes of one device acquire at once: one uploads a key while the others
 wanting it wait for that upload rather than making a second copy; the bases are read-only
@@ -31,9 +38,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..backends.base import DeviceBackend
-from ..formats.zkey import ZKey
+from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.units import format_size
-from ..prover.sizing import bases_bytes, proof_vram_bytes
+from ..prover.sizing import bases_bytes, coefficient_bytes, proof_vram_bytes
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +48,20 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Resident:
     name: str
-    zkey: ZKey  # the host key's header with DeviceBases in place of its bases (no host arrays)
+    zkey: ZKey  # the host key's header with DeviceBases in place of its bases (no host arrays), DeviceCoefficients or None
     nbytes: int
     refcount: int = 0
     last_used: float = 0.0
     upload_seconds: float = 0.0
+    coefficients_uploading: bool = False  # one acquire at a time adds the coefficients of a key resident without them
+
+    @property
+    def has_coefficients(self) -> bool:
+        return self.zkey.coeffs is not None
+
+    def lease_key(self, host: ZKey) -> ZKey:
+        """The key a job proves with: the resident one, carrying the host coefficients when it has none of its own."""
+        return self.zkey if self.has_coefficients else dataclasses.replace(self.zkey, coeffs=host.coeffs)
 
 
 class DeviceKeyLease:
@@ -84,8 +100,14 @@ class DeviceKeys:
         self.uploads = 0
         backend.vram.register_evictor(self)
 
-    def acquire(self, name: str, zkey: ZKey) -> DeviceKeyLease:
-        """A lease on ``name``'s bases on this device: resident when they (and a proof beside them) fit."""
+    def can_synthesize(self, header: ZKeyHeader) -> bool:
+        """Whether this device's whole budget holds the key's bases and coefficients and a proof beside them."""
+        need = bases_bytes(header) + coefficient_bytes(header) + proof_vram_bytes(header, self.backend)
+        return need <= self.backend.vram.total_bytes
+
+    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False) -> DeviceKeyLease:
+        """A lease on ``name``'s bases on this device, and its coefficients when asked for: resident when they, and a
+        proof beside them, fit."""
         while True:
             with self._lock:
                 entry = self._resident.get(name)
@@ -93,26 +115,37 @@ class DeviceKeys:
                     entry.refcount += 1
                     entry.last_used = time.monotonic()
                     self._resident.move_to_end(name)
-                    return DeviceKeyLease(self, entry, entry.zkey)
+                    add_coefficients = coefficients and not entry.has_coefficients and not entry.coefficients_uploading
+                    entry.coefficients_uploading |= add_coefficients
+                    break
                 uploading = self._uploading.get(name)
                 if uploading is None:
                     uploading = self._uploading[name] = threading.Event()
                     break
             uploading.wait()  # another lane is uploading it: use that copy (or try again if it did not fit)
+        if entry is not None:
+            if add_coefficients:
+                try:
+                    self._add_coefficients(entry, zkey)
+                except BaseException:
+                    self._release(entry)
+                    raise
+            return DeviceKeyLease(self, entry, entry.lease_key(zkey))
         try:
-            return self._upload(name, zkey)
+            return self._upload(name, zkey, coefficients)
         finally:
             with self._lock:
                 del self._uploading[name]
             uploading.set()
 
-    def _upload(self, name: str, zkey: ZKey) -> DeviceKeyLease:
-        """Make ``name`` resident and lease it, or lease the host key when it does not fit (its caller is the only
-        one uploading ``name``)."""
+    def _upload(self, name: str, zkey: ZKey, coefficients: bool) -> DeviceKeyLease:
+        """Make ``name`` resident (with its coefficients when asked and they fit) and lease it, or lease the host key
+        when it does not fit (its caller is the only one uploading ``name``)."""
         bases = bases_bytes(zkey)
         need = bases + proof_vram_bytes(zkey, self.backend)
         vram = self.backend.vram
-        if need > vram.total_bytes or not vram.make_room(need):
+        with_coefficients = coefficients and self._room_for(need + coefficient_bytes(zkey))
+        if not with_coefficients and not self._room_for(need):
             why = (f"bases {format_size(bases)} + proof working set {format_size(need - bases)} do not fit in "
                    f"{format_size(vram.available_bytes)} free of device {self.device}'s {format_size(vram.total_bytes)} budget")
             with self._lock:
@@ -127,17 +160,49 @@ class DeviceKeys:
             with self._lock:
                 self._refused[name] = str(exc)
             return DeviceKeyLease(None, None, zkey)
-        # Proving needs only the bases and the header's points: drop the host arrays, so that evicting the
-        # host key really frees its buffer while the device copy lives on.
-        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=None)
-        entry = _Resident(name, device_zkey, bases, refcount=1, last_used=time.monotonic(),
+        # Proving needs only the bases, the coefficients and the header's points: drop the host arrays, so that
+        # evicting the host key really frees its buffer while the device copy lives on.
+        try:
+            resident_coefficients = self._upload_coefficients(zkey) if with_coefficients else None
+        except BaseException:  # a device error, or coefficients that index outside the key: nothing stays reserved
+            self.backend.free_key(device_zkey)
+            raise
+        device_zkey = dataclasses.replace(device_zkey, ic=None, coeffs=resident_coefficients)
+        nbytes = bases + (resident_coefficients.nbytes if resident_coefficients is not None else 0)
+        entry = _Resident(name, device_zkey, nbytes, refcount=1, last_used=time.monotonic(),
                           upload_seconds=time.perf_counter() - t0)
         with self._lock:
             self._refused.pop(name, None)
             self._resident[name] = entry
             self.uploads += 1
-        log.info("key %s resident on device %d (%s, uploaded in %.3f s)", name, self.device, format_size(bases), entry.upload_seconds)
-        return DeviceKeyLease(self, entry, device_zkey)
+        log.info("key %s resident on device %d (%s%s, uploaded in %.3f s)", name, self.device, format_size(nbytes),
+                 " with its coefficients" if entry.has_coefficients else "", entry.upload_seconds)
+        return DeviceKeyLease(self, entry, entry.lease_key(zkey))
+
+    def _room_for(self, nbytes: int) -> bool:
+        vram = self.backend.vram
+        return nbytes <= vram.total_bytes and vram.make_room(nbytes)
+
+    def _upload_coefficients(self, zkey: ZKey):
+        """The key's coefficients resident on this device, or None when they do not fit (synthesis stays on the CPU)."""
+        try:
+            return self.backend.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size)
+        except MemoryError as exc:
+            log.info("coefficients of a %s key stay in host memory on device %d: %s", zkey.curve.name, self.device, exc)
+            return None
+
+    def _add_coefficients(self, entry: _Resident, zkey: ZKey) -> None:
+        """Make a resident key's coefficients resident too when they, and a proof beside them, fit now."""
+        coefficients = None
+        try:
+            if self._room_for(coefficient_bytes(zkey) + proof_vram_bytes(zkey, self.backend)):
+                coefficients = self._upload_coefficients(zkey)
+        finally:
+            with self._lock:
+                entry.coefficients_uploading = False
+                if coefficients is not None:
+                    entry.zkey = dataclasses.replace(entry.zkey, coeffs=coefficients)
+                    entry.nbytes += coefficients.nbytes
 
     def _release(self, entry: _Resident) -> None:
         with self._lock:
@@ -204,7 +269,8 @@ class DeviceKeys:
                 "resident_bytes": sum(e.nbytes for e in self._resident.values()),
                 "uploads": self.uploads,
                 "evictions": self.evictions,
-                "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "idle_s": None if e.refcount else round(now - e.last_used, 3),
+                "keys": {e.name: {"bytes": e.nbytes, "in_use": e.refcount, "coefficients": e.has_coefficients,
+                                  "idle_s": None if e.refcount else round(now - e.last_used, 3),
                                   "upload_s": round(e.upload_seconds, 4)} for e in self._resident.values()},
                 "not_resident": dict(self._refused),
             }

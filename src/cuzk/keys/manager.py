@@ -34,9 +34,10 @@ budget to evict for its waiters whenever a key becomes idle, and ``maintain()`` 
 periodically by the engine) hands keys over once their idle time runs out.
 
 The VRAM tier (``keys.device``): ``on_device(lease, backend)`` gives a job the key with its
-MSM bases resident on the backend's device — uploaded once per device, kept across proofs,
-counted while in use, LRU-evicted by that device's VRAM budget — or the host key when they
-do not fit. ``status()`` lists each key's residency per device.
+MSM bases (and coefficients, for synthesis on the device) resident on the backend's device —
+uploaded once per device, kept across proofs, counted while in use, LRU-evicted by that
+device's VRAM budget — or the host key when they do not fit. ``synthesizes_on_devices``
+says whether every device can synthesize a key's proofs. ``status()`` lists each key's residency per device.
 
 Footprints are computed from the header alone (``keys.host.footprint``), so admission can
 refuse a job that could never fit before it loads anything.
@@ -232,12 +233,21 @@ class KeyManager:
         done.set()
         return lease
 
-    def on_device(self, lease: KeyLease, backend: Backend) -> DeviceKeyLease:
-        """The leased key for proving on ``backend``: bases resident in its VRAM when they fit (uploaded on first
-        use), else the host key. Release the result when the proof is done (before the host lease)."""
+    def on_device(self, lease: KeyLease, backend: Backend, coefficients: bool = False) -> DeviceKeyLease:
+        """The leased key for proving on ``backend``: bases (and, asked for, coefficients) resident in its VRAM when
+        they fit (uploaded on first use), else the host key. Release the result when the proof is done (before the
+        host lease)."""
         if not is_device_backend(backend):
             return DeviceKeyLease(None, None, lease.zkey)
-        return self.add_device(backend).acquire(lease.name, lease.zkey)
+        return self.add_device(backend).acquire(lease.name, lease.zkey, coefficients)
+
+    def synthesizes_on_devices(self, name: str) -> bool:
+        """Whether a proof of ``name`` leaves A·w and B·w to the device: there are devices, and each one's budget holds
+        the key's bases and coefficients beside a proof (``DeviceKeys.can_synthesize``)."""
+        header = self.header(name)
+        with self._lock:
+            devices = list(self._devices.values())
+        return bool(devices) and all(keys.can_synthesize(header) for keys in devices)
 
     def add_device(self, backend: DeviceBackend) -> DeviceKeys:
         """The VRAM tier of ``backend``'s device (made on first use; the engine adds its devices up front so

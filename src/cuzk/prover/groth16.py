@@ -1,9 +1,11 @@
 """Groth16 proving exactly as snarkjs 0.7 computes it, written once against the Backend protocol.
 
 The steps follow snarkjs's groth16_prove: evaluate A·w and B·w on the domain from the
-key's coefficient section, C = A∘B, interpolate each and evaluate on the odd coset of the
-double domain (the zkey's H points are that coset's Lagrange basis, divided by Z), then
-five MSMs and the blinding with fresh r, s from the OS CSPRNG.
+key's coefficient section (on the CPU, or — a deferred synthesis — on the device from the
+key's resident coefficients, so the vectors never exist on the host), C = A∘B,
+interpolate each and evaluate on the odd coset of the double domain (the zkey's H points
+are that coset's Lagrange basis, divided by Z), then five MSMs and the blinding with fresh
+r, s from the OS CSPRNG.
 """
 
 from __future__ import annotations
@@ -87,7 +89,8 @@ class Synthesis:
     The engine runs :func:`synthesize` on CPU worker threads and :func:`prove_synthesized`
     on a device worker, so the next job's synthesis overlaps this job's NTTs and MSMs.
     ``a`` and ``b`` (A·w, B·w, Montgomery form) are taken over by the proving half, which
-    drops them as soon as the H scalars exist.
+    drops them as soon as the H scalars exist. A ``deferred`` synthesis has only checked the
+    witness: the proving half evaluates a and b itself, on the device where it can.
     """
 
     witness: Witness
@@ -95,6 +98,7 @@ class Synthesis:
     a: np.ndarray | None
     b: np.ndarray | None
     timings: dict[str, float] = field(default_factory=dict)
+    deferred: bool = False
 
     def take_ab(self) -> tuple[np.ndarray, np.ndarray]:
         a, b = self.a, self.b
@@ -115,14 +119,18 @@ def synthesize(
     *,
     r1cs: R1CS | None = None,
     cancelled: Callable[[], bool] | None = None,
+    defer_ab: bool = False,
 ) -> Synthesis:
-    """Check the witness against the key (and the r1cs when given), then evaluate A·w and B·w on the CPU."""
+    """Check the witness against the key (and the r1cs when given), then evaluate A·w and B·w on the CPU — unless
+    ``defer_ab`` leaves them to :func:`prove_synthesized` (on a device with the key's coefficients resident)."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
     check_inputs(zkey, witness, r1cs)
     w = np.ascontiguousarray(witness.values)
     timings["check"] = time.perf_counter() - t
     _checkpoint(cancelled)
+    if defer_ab:
+        return Synthesis(witness, w, None, None, timings, deferred=True)
 
     t = time.perf_counter()
     a, b = evaluate_ab(zkey.curve, zkey.coeffs, w, zkey.domain_size)
@@ -144,6 +152,14 @@ def blinding_terms(curve: Curve, delta1: Point, delta2: Point, r: int, s: int) -
     return (_host.msm_g1(curve, g1, _scalar_rows(curve, [r])),
             _host.msm_g1(curve, g1, _scalar_rows(curve, [s])),
             _host.msm_g2(curve, point_rows(curve, "g2", [delta2]), _scalar_rows(curve, [s])))
+
+
+def _evaluate_deferred(backend: Backend, zkey: ZKey, synthesis: Synthesis, w_upload) -> tuple:
+    """A·w and B·w of a deferred synthesis: on the device from the key's resident coefficients (from the witness's
+    device copy when the proof's vectors are on the device), else on the CPU from the host key's."""
+    if is_device_backend(backend) and not isinstance(zkey.coeffs, np.ndarray):
+        return backend.evaluate_ab(zkey.curve, zkey.coeffs, w_upload.result() if w_upload is not None else synthesis.w)
+    return evaluate_ab(zkey.curve, zkey.coeffs, synthesis.w, zkey.domain_size)
 
 
 @contextlib.contextmanager
@@ -174,7 +190,7 @@ def prove_synthesized(
     on_abc_released: Callable[[], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> Proof:
-    """The proving half: C = A∘B, H by NTTs, the five MSMs and the blinding.
+    """The proving half: (A·w and B·w of a deferred synthesis,) C = A∘B, H by NTTs, the five MSMs and the blinding.
 
     ``on_abc_released`` fires when the a/b/c vectors are freed (phase-one release of the
     working-set reservation); ``cancelled`` is polled between phases.
@@ -182,8 +198,12 @@ def prove_synthesized(
     curve = zkey.curve
     timings = dict(synthesis.timings)
     w = synthesis.w
-    a, b = synthesis.take_ab()
+    a, b = (None, None) if synthesis.deferred else synthesis.take_ab()
     with _device_vectors(backend, zkey, w) as w_upload:
+        if synthesis.deferred:
+            t = time.perf_counter()
+            a, b = _evaluate_deferred(backend, zkey, synthesis, w_upload)
+            timings["synthesize"] = time.perf_counter() - t
         t = time.perf_counter()
         if w_upload is not None:  # a, b, c and H stay on the device
             a, b = backend.to_device(a), backend.to_device(b)

@@ -1,9 +1,9 @@
 """How many bytes one proof of a key needs, on the host and on a device: the one place that says so.
 
 Admission reserves ``host_working_set`` in the host budget; the VRAM tier asks
-``proof_vram_bytes`` before making a key's bases resident; the prover reserves
-``device_vector_bytes`` for the vectors it keeps on a device; the engine runs
-``proofs_in_flight`` proofs at once on each device. Every figure is exact arithmetic
+``proof_vram_bytes`` and ``coefficient_bytes`` before making a key's bases and coefficients
+resident; the prover reserves ``device_vector_bytes`` for the vectors it keeps on a device;
+the engine runs ``proofs_in_flight`` proofs at once on each device. Every figure is exact arithmetic
 over the key's header (N = domain size, E = bytes per Fr element, V = number of signals) and
 follows what ``prover.groth16`` allocates:
 
@@ -15,7 +15,9 @@ follows what ``prover.groth16`` allocates:
   output exist at once (3·N·E): at worst, transforming B while A's new vector and the old
   A/B allocation are alive, 7·N·E. A device backend keeps these vectors in VRAM when its
   budget allows, but falls back to copying each operation's inputs and outputs when it does
-  not, so the host reserves them either way. The CPU backend also keeps NTT tables per domain
+  not, so the host reserves them either way — except the a/b halves of a job whose synthesis
+  runs on the device (``device_synthesis``: they are made there from the key's resident
+  coefficients and never exist on the host), 5·N·E. The CPU backend also keeps NTT tables per domain
   (twiddles of both directions, N/2 elements each, and the 8-byte bit-reversal index) —
   N·E + 8·N; a device keeps its tables in VRAM;
 - MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
@@ -63,6 +65,7 @@ class WorkingSet:
     rest_bytes: int  # witness, H scalars, MSM scratch, r1cs: released at the end
     estimated_bytes: int  # the header arithmetic alone
     measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
+    device_synthesis: bool = False  # a/b are left to the device (synthesis on the host only checks the witness)
 
     @property
     def total_bytes(self) -> int:
@@ -70,7 +73,8 @@ class WorkingSet:
 
     def to_dict(self) -> dict:
         return {"total_bytes": self.total_bytes, "abc_bytes": self.abc_bytes, "rest_bytes": self.rest_bytes,
-                "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes}
+                "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes,
+                "device_synthesis": self.device_synthesis}
 
 
 def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
@@ -85,11 +89,14 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
 
 
-def host_working_set(header: ZKeyHeader, *, on_device: bool, r1cs_path: str | os.PathLike | None = None,
-                     measured_bytes: int | None = None) -> WorkingSet:
-    """The host reservation of one proof with this key, proved on a device or on the CPU (module docstring)."""
+def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: bool = False,
+                     r1cs_path: str | os.PathLike | None = None, measured_bytes: int | None = None) -> WorkingSet:
+    """The host reservation of one proof with this key, proved on a device or on the CPU, its a/b made on the
+    device (``device_synthesis``, only ``on_device``) or on the host (module docstring)."""
+    if device_synthesis and not on_device:
+        raise ValueError("synthesis runs on the device only for a proof on a device")
     E, N, V = header.n8r, header.domain_size, header.n_vars
-    abc = ABC_VECTORS * N * E
+    abc = (ABC_VECTORS - (2 if device_synthesis else 0)) * N * E
     rest = 2 * V * E + N * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
     if not on_device:
         abc += N * E + 8 * N
@@ -99,7 +106,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, r1cs_path: str | os
     estimated = abc + rest
     if measured_bytes is not None and measured_bytes > estimated:
         rest += measured_bytes - estimated
-    return WorkingSet(abc, rest, estimated, measured_bytes)
+    return WorkingSet(abc, rest, estimated, measured_bytes, device_synthesis)
 
 
 def device_vector_bytes(header: ZKeyHeader) -> int:
@@ -114,11 +121,21 @@ def bases_bytes(header: ZKeyHeader) -> int:
     return sum(sizes[name] for name, _ in KEY_BASES)
 
 
+def coefficient_bytes(header: ZKeyHeader) -> int:
+    """Device bytes of a key's resident coefficients at most (``backends.cuda.synth``'s row-sorted layout): a
+    signal index and a value per entry, the 2N + 1 row boundaries, and the list of long rows (a long row has
+    at least two entries)."""
+    n, rows = header.n_coeffs, 2 * header.domain_size
+    return n * (4 + header.n8r) + 4 * (rows + 1) + 4 * min(n // 2, rows)
+
+
 def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
     """Device bytes one proof needs beside resident bases: its field vectors and the working set of the largest
-    MSM with resident bases (the MSM's own count: its chunk planner needs it too)."""
-    largest = max(header.n_vars, header.domain_size)
-    return device_vector_bytes(header) + backend.msm_working_bytes(header.curve, "g1", largest, resident=True)
+    MSM with resident bases — G1's over max(V, N) points or G2's over V, whose points are twice as wide (the MSM's
+    own count: its chunk planner needs it too)."""
+    largest = max(backend.msm_working_bytes(header.curve, "g1", max(header.n_vars, header.domain_size), resident=True),
+                  backend.msm_working_bytes(header.curve, "g2", header.n_vars, resident=True))
+    return device_vector_bytes(header) + largest
 
 
 @dataclass(frozen=True)
@@ -129,7 +146,7 @@ class ProofsInFlight:
     wanted: int | str  # the configured proofs_per_device ("auto" or a count)
     fit: int | None  # proofs whose working sets fit beside the binding key's resident bases (None: no key)
     budget_bytes: int  # the device's VRAM budget
-    bases_bytes: int  # the binding key's resident bases
+    bases_bytes: int  # the binding key's resident bases (and coefficients, when synthesis runs on the device)
     proof_bytes: int  # one proof's device working set with that key (``proof_vram_bytes``)
 
     @property
@@ -140,8 +157,8 @@ class ProofsInFlight:
 
 def proofs_in_flight(wanted: int | str, backend: DeviceBackend, headers: Iterable[ZKeyHeader]) -> ProofsInFlight:
     """K for one device: K proofs' working sets (``proof_vram_bytes``) must fit in its VRAM budget beside the
-    resident bases (``bases_bytes``) of the registered key that leaves room for the fewest. "auto" takes as many as
-    fit, at most MAX_PROOFS_PER_DEVICE; a configured count is lowered to what fits. At least 1: a key too large to be
+    resident bases (``bases_bytes``, and ``coefficient_bytes`` where they fit too) of the registered key that
+    leaves room for the fewest. "auto" takes as many as fit, at most MAX_PROOFS_PER_DEVICE; a configured count is lowered to what fits. At least 1: a key too large to be
     resident even beside one proof is proved from host memory in chunked MSMs, one proof at a time. With no key
     registered, "auto" takes the cap: each proof still reserves what it holds (vectors that do not fit are copied per
     operation, an MSM that does not fit runs in chunks)."""
@@ -149,6 +166,8 @@ def proofs_in_flight(wanted: int | str, backend: DeviceBackend, headers: Iterabl
     binding = None  # (fit, bases, proof) of the key that fits the fewest proofs
     for header in headers:
         bases, proof = bases_bytes(header), proof_vram_bytes(header, backend)
+        if bases + coefficient_bytes(header) + proof <= budget:  # its coefficients are resident too (device synthesis)
+            bases += coefficient_bytes(header)
         fit = max(0, budget - bases) // proof
         if binding is None or fit < binding[0]:
             binding = (fit, bases, proof)

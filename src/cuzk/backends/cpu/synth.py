@@ -64,7 +64,8 @@ def _task_starts(entries, order, n_tasks):
 
 @njit(cache=True)
 def _order_by_row(entries, domain_size):
-    """Entry indices stably ordered by (matrix, row): a counting sort, O(n) time and 4 bytes a row of scratch."""
+    """Entry indices stably ordered by (matrix, row) — a counting sort, O(n) time and 4 bytes a row of scratch —
+    and the 2·domain_size + 1 boundaries of the rows (matrix·domain_size + row) in that order."""
     n = entries.shape[0]
     starts = np.zeros(2 * domain_size + 1, np.uint32)
     for e in range(n):
@@ -76,7 +77,10 @@ def _order_by_row(entries, domain_size):
         row = np.int64(entries[e, 0]) * domain_size + entries[e, 1]
         order[starts[row]] = e
         starts[row] += 1
-    return order
+    for i in range(starts.shape[0] - 1, 0, -1):  # each row's start went to its end, the next row's start
+        starts[i] = starts[i - 1]
+    starts[0] = 0
+    return order, starts
 
 
 def row_order_bytes(n_coeffs: int) -> int:
@@ -128,7 +132,7 @@ def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) 
     if hit is not None and hit[0]() is coeffs and hit[1].n_vars == n_vars and hit[1].domain_size == domain_size:
         return hit[1]
     entries = _checked_entries(curve, coeffs, n_vars, domain_size)
-    made = _RowOrder(entries, read_only(_order_by_row(entries, domain_size)), n_vars, domain_size)
+    made = _RowOrder(entries, read_only(_order_by_row(entries, domain_size)[0]), n_vars, domain_size)
     try:
         ref = weakref.ref(coeffs, lambda _, key=key, table=_row_orders: table.pop(key, None))
     except TypeError:  # not weak-referenceable: use it once
@@ -136,6 +140,16 @@ def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) 
     with _row_orders_lock:
         _row_orders[key] = (ref, made)
     return made
+
+
+def rows_by_matrix_row(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The checked section as (n, 3 + limbs) uint32 words, its entries' (matrix, row) order and the rows' 2·domain_size
+    + 1 boundaries in that order: a CSR layout of A then B (the CUDA backend's device layout is made from it)."""
+    if len(coeffs) >= 1 << 32:
+        raise SynthesisInputError(f"{len(coeffs)} coefficients: row boundaries are 32-bit, so at most 2^32 - 1")
+    entries = _checked_entries(curve, coeffs, n_vars, domain_size)
+    order, starts = _order_by_row(entries, domain_size)
+    return entries, order, starts
 
 
 def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_size: int) -> tuple[np.ndarray, np.ndarray]:

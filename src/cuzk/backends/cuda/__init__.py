@@ -10,6 +10,7 @@ from .backend import CudaBackend
 from .device import CudaInputError
 from .modules import CudaBackendError, HostRuntime, cupy_device_count, is_device_error
 from .msm import ScalarOutOfRangeError, window_bits
+from .synth import DeviceCoefficients
 from .vram import DeviceBases, VramBudget, VramExhaustedError
 
 
@@ -23,6 +24,7 @@ __all__ = [
     "CudaBackendError",
     "CudaInputError",
     "DeviceBases",
+    "DeviceCoefficients",
     "HostRuntime",
     "ScalarOutOfRangeError",
     "VramBudget",

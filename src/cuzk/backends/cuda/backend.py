@@ -4,10 +4,11 @@ Arrays follow base.py's layout. Host (numpy) arguments give host results; CuPy a
 are taken without a copy to the host and give CuPy results, so a caller that keeps its
 vectors on the device pays no transfers (the prover does: ``to_device``, ``upload_in_background``).
 
-``CudaBackend`` is the base.DeviceBackend protocol over three parts, one concept each:
+``CudaBackend`` is the base.DeviceBackend protocol over four parts, one concept each:
 device.py (the device's runtime, VRAM budget, lanes, staging and uploads), ntt.py (Fr
-vectors and transforms) and msm.py (MSMs, their chunk planning and resident bases). Every
-method may be called from several threads at once, each in its own lane (``new_lane``).
+vectors and transforms), msm.py (MSMs, their chunk planning and resident bases) and synth.py
+(A·w and B·w from resident coefficients). Every method may be called from several threads at
+once, each in its own lane (``new_lane``).
 """
 
 from __future__ import annotations
@@ -19,27 +20,31 @@ from .device import CudaDevice, Lane, on_device
 from .modules import is_device_error
 from .msm import MIN_MSM_CHUNK, CudaMsm
 from .ntt import NTT_LOG_BLOCK_ELEMENTS, CudaNtt
+from .synth import LONG_ROW_ENTRIES, CudaSynthesis, DeviceCoefficients
 from .vram import DeviceBases, VramBudget, VramReservation
 
 
 class CudaBackend:
     """The DeviceBackend protocol on one CUDA device (``runtime`` overrides it, e.g. the host emulation).
 
-    ``ntt_log_block`` (elements per NTT block, log2) and ``min_msm_chunk`` (the fewest
-    points an MSM chunk may have) are tuning knobs; tests lower them to reach the
-    many-pass and many-chunk paths at small sizes. ``msm`` holds the MSM's own knobs
+    ``ntt_log_block`` (elements per NTT block, log2), ``min_msm_chunk`` (the fewest
+    points an MSM chunk may have) and ``long_row`` (entries above which synthesis sums a row
+    with a block) are tuning knobs; tests lower them to reach the many-pass, many-chunk and
+    long-row paths at small sizes. ``msm`` holds the MSM's own knobs
     (``overlap``, ``phase_log``) and its chunk planner (``msm.plan``).
     """
 
     name = "cuda"
 
     def __init__(self, device: int = 0, runtime=None, vram_budget: VramBudget | None = None,
-                 ntt_log_block: int = NTT_LOG_BLOCK_ELEMENTS, min_msm_chunk: int = MIN_MSM_CHUNK):
+                 ntt_log_block: int = NTT_LOG_BLOCK_ELEMENTS, min_msm_chunk: int = MIN_MSM_CHUNK,
+                 long_row: int = LONG_ROW_ENTRIES):
         self.device = device
         self.gpu = CudaDevice(device, runtime, vram_budget)
         self.runtime, self.vram = self.gpu.runtime, self.gpu.vram
         self.transforms = CudaNtt(self.gpu, ntt_log_block)
         self.msm = CudaMsm(self.gpu, min_msm_chunk)
+        self.synthesis = CudaSynthesis(self.gpu, long_row)
 
     # ---------------------------------------------------------------- the device
     is_device_error = staticmethod(is_device_error)  # a CUDA or driver failure (modules.py), not bad input
@@ -99,6 +104,7 @@ class CudaBackend:
 
     def free_key(self, key) -> None:
         self.msm.free_key(key)
+        self.synthesis.free_key(key)
 
     @on_device
     def msm_g1(self, curve: Curve, bases, scalars) -> Point:
@@ -110,3 +116,12 @@ class CudaBackend:
 
     def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
         return self.msm.working_bytes(curve, group, n, resident, buffers)
+
+    # ---------------------------------------------------------------- synthesis
+    @on_device
+    def upload_coefficients(self, curve: Curve, coeffs, n_vars: int, domain_size: int) -> DeviceCoefficients:
+        return self.synthesis.upload(curve, coeffs, n_vars, domain_size)
+
+    @on_device
+    def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):
+        return self.synthesis.evaluate(curve, coeffs, w)

@@ -1,6 +1,6 @@
 """Building the kernel modules: the same .cu sources for the GPU (CuPy/NVRTC) or the host.
 
-A module is one kernel file (ntt.cu for a curve's Fr, msm.cu for one curve's G1 or G2)
+A module is one kernel file (ntt.cu and synth.cu for a curve's Fr, msm.cu for one curve's G1 or G2)
 with its includes inlined and a constants prelude from constants.py. Inlining here, rather
 than passing -I to NVRTC, makes the source string the whole input, so CuPy's on-disk
 kernel cache can never serve a binary built from older headers.
@@ -49,9 +49,9 @@ def _inline(name: str, seen: set[str]) -> str:
 
 
 def module_source(curve: Curve, kind: str) -> str:
-    """Full source of module ``kind`` ("ntt", "msm_g1", "msm_g2") for ``curve``."""
-    if kind == "ntt":
-        file, prelude = "ntt.cu", ntt_prelude(curve)
+    """Full source of module ``kind`` ("ntt", "synth", "msm_g1", "msm_g2") for ``curve``."""
+    if kind in ("ntt", "synth"):
+        file, prelude = f"{kind}.cu", ntt_prelude(curve)
     elif kind in ("msm_g1", "msm_g2"):
         file, prelude = "msm.cu", msm_prelude(curve, kind[4:])
     else:
