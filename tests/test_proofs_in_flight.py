@@ -29,7 +29,7 @@ from cuzk.memory.pinned import PageAlignedAllocator, PinnedPool
 from cuzk.memory.units import format_size
 from cuzk.prover.groth16 import prove_synthesized, synthesize as synthesize_witness
 from cuzk.prover.setup import setup
-from cuzk.prover.sizing import MAX_PROOFS_PER_DEVICE, bases_bytes, proof_vram_bytes, proofs_in_flight
+from cuzk.prover.sizing import MAX_PROOFS_PER_DEVICE, bases_bytes, coefficient_bytes, proof_vram_bytes, proofs_in_flight
 from cuzk.prover.verify import verify, vkey_from_zkey
 from test_multi_device import FailingRuntime, PoolStaging, emulated
 
@@ -311,7 +311,8 @@ def test_proofs_in_flight_fit_beside_the_largest_key(circuit):
     room_for_two = emulated(0, vram_bytes=bases + 2 * proof + proof // 2)
     assert proofs_in_flight("auto", room_for_two, [header]).proofs == 2
     lowered = proofs_in_flight(3, room_for_two, [header])
-    assert lowered.proofs == 2 and lowered.lowered and (lowered.bases_bytes, lowered.proof_bytes) == (bases, proof)
+    resident = bases + coefficient_bytes(header)  # the coefficients fit too: synthesis runs on the device, beside them
+    assert lowered.proofs == 2 and lowered.lowered and (lowered.bases_bytes, lowered.proof_bytes) == (resident, proof)
     assert proofs_in_flight("auto", probe, [header]).proofs == MAX_PROOFS_PER_DEVICE  # 256 MiB: capped
     assert proofs_in_flight("auto", probe, []).proofs == MAX_PROOFS_PER_DEVICE  # no key yet
     assert not proofs_in_flight(2, probe, [header]).lowered
@@ -338,7 +339,8 @@ def test_a_configured_count_that_does_not_fit_is_lowered_and_logged(circuit, tmp
     assert [r.state for r in records] == [JobState.DONE] * 2, [r.error for r in records]
     [line] = [r.getMessage() for r in caplog.records if "proofs_per_device" in r.getMessage()]
     assert "device 0: proofs_per_device = 4 lowered to 2" in line
-    assert all(format_size(n) in line for n in (proof, bases, device.vram.total_bytes)), line
+    resident = bases + coefficient_bytes(header)  # the coefficients fit beside the bases: synthesis on the device
+    assert all(format_size(n) in line for n in (proof, resident, device.vram.total_bytes)), line
     assert status["config"]["proofs_per_device"] == [2] and status["config"]["synth_workers"] == 3  # auto: K + 1
     assert [w["name"] for w in status["workers"] if w["kind"] == "proving"] == ["prove-0-0", "prove-0-1"]  # never 4
 
@@ -384,12 +386,14 @@ def test_cancelling_a_proof_on_the_device_gives_back_its_vram(circuit, tmp_path)
     with start_engine(tmp_path, circuit, [device], proofs_per_device=2) as engine:
         warm = engine.await_result(engine.submit("c", circuit[1].read_bytes()), timeout=300)
         assert warm.state is JobState.DONE, warm.error
-        # What stays reserved between proofs: the key's resident bases and the cached NTT tables (twiddles, N/2 each
-        # way, and the coset factors, N + 1).
+        # What stays reserved between proofs: the key's resident bases and coefficients (synthesis runs on the device;
+        # their exact layout is within sizing's bound) and the cached NTT tables (twiddles, N/2 each way, and the
+        # coset factors, N + 1).
         idle = device.vram.reserved_bytes
         header = read_zkey(circuit[0])
         resident = engine.status()["devices"][0]["resident_bytes"]
-        assert resident == bases_bytes(header) and idle == resident + (2 * header.domain_size + 1) * header.n8r
+        assert bases_bytes(header) < resident <= bases_bytes(header) + coefficient_bytes(header)
+        assert idle == resident + (2 * header.domain_size + 1) * header.n8r
         runtime.armed = True
         job = engine.submit("c", circuit[1].read_bytes())
         assert runtime.reached.wait(120)
