@@ -49,8 +49,8 @@ def proofs_per_backend(wanted: int | str, backends: list, headers: Iterable[ZKey
         plan = proofs_in_flight(wanted, backend, headers)
         if plan.lowered:
             log.warning("device %d: proofs_per_device = %d lowered to %d: %d proofs of %s each do not fit beside the "
-                        "largest registered key's resident bases (and coefficients, where they fit: %s) in its %s VRAM budget", backend.device,
-                        plan.wanted, plan.proofs, plan.wanted, format_size(plan.proof_bytes),
-                        format_size(plan.bases_bytes), format_size(plan.budget_bytes))
+                        "largest registered key's resident bases (and coefficients, where they fit: %s) in its %s "
+                        "VRAM budget", backend.device, plan.wanted, plan.proofs, plan.wanted,
+                        format_size(plan.proof_bytes), format_size(plan.bases_bytes), format_size(plan.budget_bytes))
         out.append(plan.proofs)
     return out
