@@ -23,6 +23,9 @@ synthesis only for a key every device can hold with its coefficients
 (``KeyManager.synthesizes_on_devices``). A lease's key without resident coefficients carries
 the host key's, so a deferred proof that meets one is synthesized on the CPU.
 
+A proof admitted with device vectors acquires its lease after reserving its vectors
+(``vectors_reserved``), so the room asked for beside the key does not count them twice.
+
 Several proving lanes of one device acquire at once: one uploads a key while the others
 wanting it wait for that upload rather than making a second copy; the bases are read-only
 once resident.
