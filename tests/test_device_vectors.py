@@ -15,12 +15,14 @@ from conftest import snarkjs_verify
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget
 from cuzk.engine import JobState
 from cuzk.formats.json_io import write_vkey
+from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.prover.groth16 import prove_synthesized, synthesize as synthesize_witness
 from cuzk.prover.sizing import (ABC_VECTORS, THREAD_SLACK_BYTES, bases_bytes, device_vector_bytes,
                                 holds_device_vectors, host_working_set, proof_vram_bytes)
-from cuzk.prover.verify import vkey_from_zkey
+from cuzk.prover.verify import verify, vkey_from_zkey
 from test_multi_device import emulated
-from test_proofs_in_flight import GateRuntime, circuit, start_engine, wait_until  # noqa: F401 (circuit: a fixture)
+from test_proofs_in_flight import GateRuntime, NoRoomForVectors, circuit, start_engine, wait_until  # noqa: F401 (circuit: a fixture)
 
 
 def test_the_working_set_of_a_device_vector_job_is_the_documented_arithmetic(circuit):
@@ -47,7 +49,8 @@ def test_admission_decides_device_vectors_from_every_devices_budget(circuit, tmp
     tight = emulated(1, vram_bytes=need - 1)  # its whole budget cannot hold a proof's vectors beside the key
     assert holds_device_vectors(h, roomy) and not holds_device_vectors(h, tight)
     with start_engine(tmp_path / "one", circuit, [roomy]) as engine:
-        assert engine.working_set("c") == host_working_set(h, on_device=True, device_synthesis=True, device_vectors=True)
+        expected = host_working_set(h, on_device=True, device_synthesis=True, device_vectors=True)
+        assert engine.working_set("c") == expected
     with start_engine(tmp_path / "both", circuit, [emulated(0), tight]) as engine:
         assert engine.working_set("c") == host_working_set(h, on_device=True)  # one device cannot: today's fallback
 
@@ -116,7 +119,7 @@ def test_cancelling_a_proof_waiting_for_its_vectors_leaves_nothing_reserved(circ
         assert warm.state is JobState.DONE, warm.error
         idle_vram = device.vram.reserved_bytes
         first, second, filler = _second_proof_waits(engine, device, runtime, circuit)
-        held_vram = device.vram.reserved_bytes  # the first proof's vectors and MSM, and the filler: none of the second's
+        held_vram = device.vram.reserved_bytes  # the first proof's vectors and MSM and the filler, none of the second's
         assert engine.cancel(second)
         assert engine.await_result(second, timeout=300).state is JobState.CANCELLED
         assert device.vram.reserved_bytes == held_vram
@@ -139,3 +142,24 @@ def test_a_key_whose_vectors_never_fit_keeps_the_fallback_and_the_larger_reserva
         assert not workset.device_vectors and workset == host_working_set(h, on_device=True)
         record = engine.await_result(engine.submit("c", circuit[1].read_bytes()), timeout=300)
     assert record.state is JobState.DONE, record.error
+
+
+@pytest.mark.parametrize("vectors_in_vram", [True, False])
+def test_the_host_ab_halves_are_released_once_uploaded_or_after_the_ntts(circuit, vectors_in_vram):
+    """Phase one of the host reservation goes back when the host's a/b/c are gone: once a and b are uploaded when the
+    proof's vectors stay in VRAM, after the NTTs when each operation copies them through the host."""
+    zkey = read_zkey(circuit[0])
+    probe = emulated(0)  # skips without a host compiler
+    backend = probe if vectors_in_vram else CudaBackend(runtime=HostRuntime(), vram_budget=NoRoomForVectors(256 << 20))
+    events: list[str] = []
+    intt = backend.intt
+    backend.intt = lambda *args: (events.append("intt"), intt(*args))[1]
+    vectors = backend.vram.reserve(device_vector_bytes(zkey), "proof vectors") if vectors_in_vram else None
+    synthesis = synthesize_witness(zkey, read_wtns(circuit[1]))
+    proof = prove_synthesized(backend, zkey, synthesis, on_abc_released=lambda: events.append("released"),
+                              vectors=vectors)
+    assert events == (["released"] + ["intt"] * 3 if vectors_in_vram else ["intt"] * 3 + ["released"])
+    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+    if vectors is not None:
+        assert backend.vram.reserved_bytes > vectors.nbytes  # the caller's to release, with the NTT tables beside
+        vectors.release()

@@ -295,7 +295,8 @@ class DeviceWorker:
         """The VRAM of the proof's vectors, waited for: admission sized the job without host vectors because this
         device's whole budget holds them beside the key. Taken before the key's device lease, so a waiting proof holds
         nothing on the device: the room it waits for is held by proofs that end, or by idle keys that are evicted.
-        None only for vectors beyond the whole budget (admission rules that out): the proof then copies per operation."""
+        None only for vectors beyond the whole budget (admission rules that out): the proof then copies per
+        operation."""
         nbytes = device_vector_bytes(job.grant.lease.header)
         vectors = self.backend.vram.reserve_when_free(nbytes, "proof vectors", job.cancelled)
         job.checkpoint()  # cancelled while it waited: nothing is reserved

@@ -107,7 +107,8 @@ class DeviceKeys:
         """Whether this device's whole budget holds the key's bases and coefficients and a proof beside them."""
         return holds_device_vectors(header, self.backend, coefficients=True)
 
-    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False, vectors_reserved: bool = False) -> DeviceKeyLease:
+    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False,
+                vectors_reserved: bool = False) -> DeviceKeyLease:
         """A lease on ``name``'s bases on this device, and its coefficients when asked for: resident when they, and a
         proof beside them, fit (``vectors_reserved``: the proof holds its vectors' reservation already)."""
         while True:
@@ -197,7 +198,8 @@ class DeviceKeys:
         """Make a resident key's coefficients resident too when they, and a proof beside them, fit now."""
         coefficients = None
         try:
-            if self._room_for(coefficient_bytes(zkey) + proof_vram_bytes(zkey, self.backend, vectors_reserved=vectors_reserved)):
+            proof = proof_vram_bytes(zkey, self.backend, vectors_reserved=vectors_reserved)
+            if self._room_for(coefficient_bytes(zkey) + proof):
                 coefficients = self._upload_coefficients(zkey)
         finally:
             with self._lock:

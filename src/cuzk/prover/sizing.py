@@ -72,7 +72,7 @@ class WorkingSet:
     estimated_bytes: int  # the header arithmetic alone
     measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
     device_synthesis: bool = False  # a/b are left to the device (synthesis on the host only checks the witness)
-    device_vectors: bool = False  # the proof waits for its vectors' VRAM: no domain-sized vector past the upload on the host
+    device_vectors: bool = False  # the proof waits for its vectors' VRAM: no domain vector on the host past the upload
 
     @property
     def total_bytes(self) -> int:

@@ -18,6 +18,7 @@ the room (``make_room``).
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...curves import Curve
@@ -121,7 +122,8 @@ class VramBudget:
             if not self.wait_for_release(since):
                 return self.reserve(nbytes, what, transient=True)  # the error names the bytes, unless room came since
 
-    def reserve_when_free(self, nbytes: int, what: str, cancelled, poll_seconds: float = 0.2) -> "VramReservation | None":
+    def reserve_when_free(self, nbytes: int, what: str, cancelled: Callable[[], bool],
+                          poll_seconds: float = 0.2) -> "VramReservation | None":
         """``nbytes`` once they fit (idle holders evicted for them), waiting for any reservation to end in bounded waits
         that poll ``cancelled``; None when cancelled or when they exceed the whole budget. The caller must hold no
         reservation of its own while it waits: it waits for others' work to end."""
