@@ -26,7 +26,9 @@ follows what ``prover.groth16`` allocates:
   and largest MSM beside them — ``holds_device_vectors``), the proving worker waits for its
   vectors' VRAM reservation rather than proving without it, so a, b, c, the NTTs' outputs and
   the H scalars live only in VRAM: the host keeps the witness and, when synthesis ran on the
-  CPU, the a/b halves until they are uploaded (2·N·E; none when ``device_synthesis``). A key
+  CPU, the a/b halves until they are uploaded (2·N·E; none when ``device_synthesis`` — not yet
+  covered: a deferred job that meets its key without resident coefficients makes its a/b on
+  the CPU after all, 2·N·E beyond its reservation until they are uploaded). A key
   whose vectors can never fit is proved with each operation's inputs and outputs copied
   through the host, so such a proof reserves the a/b/c phase and the H scalars as the CPU
   path does (less its NTT tables), 7·N·E + N·E — 5·N·E + N·E when ``device_synthesis``;
