@@ -98,10 +98,14 @@ class Admission:
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak); without a/b
-        when the devices synthesize the circuit's proofs (``device_synthesis``: the synthesis worker defers them)."""
+        when the devices synthesize the circuit's proofs (``device_synthesis``: the synthesis worker defers them), and
+        without the other domain-sized vectors when every device holds a proof's vectors beside the key
+        (``device_vectors``: the proving worker waits for their VRAM)."""
         device_synthesis = self.on_device and self.keys.synthesizes_on_devices(circuit)
+        device_vectors = self.on_device and self.keys.holds_vectors_on_devices(circuit)
         return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
-                                r1cs_path=self._r1cs_paths.get(circuit), measured_bytes=self._peaks.get(circuit))
+                                device_vectors=device_vectors, r1cs_path=self._r1cs_paths.get(circuit),
+                                measured_bytes=self._peaks.get(circuit))
 
     def record_peak(self, circuit: str, nbytes: int) -> int:
         """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""

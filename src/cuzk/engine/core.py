@@ -62,8 +62,9 @@ a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evi
 the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
 Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
 schedulers' conditions, a lane's lock.
-No lock is held while a job's listener runs, while a worker waits for a stage, or while a
-lane waits for another lane's key upload.
+No lock is held while a job's listener runs, while a worker waits for a stage, while a
+lane waits for another lane's key upload, or while a proof waits for its vectors' VRAM (but
+the budget's own condition).
 
 ``stop()`` interrupts work in flight at its next phase boundary and leaves it unfinished in
 the journal, so the next engine on the data directory replays it (as after a crash). A job

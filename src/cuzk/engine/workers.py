@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..backends.base import is_device_backend
 from ..backends.selftest import device_self_test
@@ -33,10 +33,14 @@ from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.manager import KeyLease, KeyManager
 from ..prover.groth16 import Proof, ProofCancelled, ProvingError, prove_synthesized, synthesize
+from ..prover.sizing import device_vector_bytes
 from .admission import Admission
 from .jobs import JobState
 from .scheduler import Scheduler, SchedulerClosed
 from .tracker import JobTracker, LiveJob
+
+if TYPE_CHECKING:
+    from ..backends.cuda.vram import VramReservation
 
 log = logging.getLogger("cuzk.engine")
 
@@ -274,12 +278,29 @@ class DeviceWorker:
         self.tracker.set_state(job, JobState.PROVING)
         grant = job.grant
         synthesis, job.synthesis = job.synthesis, None
-        # Bases (and the coefficients a deferred synthesis needs) resident in VRAM when they fit. The lane is left
-        # (its device work done) before they are released: nothing reads them after.
-        with (self.keys.on_device(grant.lease, self.backend, coefficients=synthesis.deferred) as device_key,
-              self.lane or contextlib.nullcontext()):
-            return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
-                                     cancelled=job.cancelled)
+        vectors = self._wait_for_vectors(job) if grant.workset.device_vectors else None
+        try:
+            # Bases (and the coefficients a deferred synthesis needs) resident in VRAM when they fit. The lane is left
+            # (its device work done) before they are released: nothing reads them after.
+            with (self.keys.on_device(grant.lease, self.backend, coefficients=synthesis.deferred,
+                                      vectors_reserved=vectors is not None) as device_key,
+                  self.lane or contextlib.nullcontext()):
+                return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
+                                         cancelled=job.cancelled, vectors=vectors)
+        finally:
+            if vectors is not None:
+                vectors.release()
+
+    def _wait_for_vectors(self, job: LiveJob) -> VramReservation | None:
+        """The VRAM of the proof's vectors, waited for: admission sized the job without host vectors because this
+        device's whole budget holds them beside the key. Taken before the key's device lease, so a waiting proof holds
+        nothing on the device: the room it waits for is held by proofs that end, or by idle keys that are evicted.
+        None only for vectors beyond the whole budget (admission rules that out): the proof then copies per
+        operation."""
+        nbytes = device_vector_bytes(job.grant.lease.header)
+        vectors = self.backend.vram.reserve_when_free(nbytes, "proof vectors", job.cancelled)
+        job.checkpoint()  # cancelled while it waited: nothing is reserved
+        return vectors
 
 
 class Finisher:

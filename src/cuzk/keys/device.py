@@ -23,6 +23,9 @@ synthesis only for a key every device can hold with its coefficients
 (``KeyManager.synthesizes_on_devices``). A lease's key without resident coefficients carries
 the host key's, so a deferred proof that meets one is synthesized on the CPU.
 
+A proof admitted with device vectors acquires its lease after reserving its vectors
+(``vectors_reserved``), so the room asked for beside the key does not count them twice.
+
 Several proving lanes of one device acquire at once: one uploads a key while the others
 wanting it wait for that upload rather than making a second copy; the bases are read-only
 once resident.
@@ -40,7 +43,7 @@ from dataclasses import dataclass
 from ..backends.base import DeviceBackend
 from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.units import format_size
-from ..prover.sizing import bases_bytes, coefficient_bytes, proof_vram_bytes
+from ..prover.sizing import bases_bytes, coefficient_bytes, holds_device_vectors, proof_vram_bytes
 
 log = logging.getLogger(__name__)
 
@@ -102,12 +105,12 @@ class DeviceKeys:
 
     def can_synthesize(self, header: ZKeyHeader) -> bool:
         """Whether this device's whole budget holds the key's bases and coefficients and a proof beside them."""
-        need = bases_bytes(header) + coefficient_bytes(header) + proof_vram_bytes(header, self.backend)
-        return need <= self.backend.vram.total_bytes
+        return holds_device_vectors(header, self.backend, coefficients=True)
 
-    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False) -> DeviceKeyLease:
+    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False,
+                vectors_reserved: bool = False) -> DeviceKeyLease:
         """A lease on ``name``'s bases on this device, and its coefficients when asked for: resident when they, and a
-        proof beside them, fit."""
+        proof beside them, fit (``vectors_reserved``: the proof holds its vectors' reservation already)."""
         while True:
             with self._lock:
                 entry = self._resident.get(name)
@@ -126,23 +129,23 @@ class DeviceKeys:
         if entry is not None:
             if add_coefficients:
                 try:
-                    self._add_coefficients(entry, zkey)
+                    self._add_coefficients(entry, zkey, vectors_reserved)
                 except BaseException:
                     self._release(entry)
                     raise
             return DeviceKeyLease(self, entry, entry.lease_key(zkey))
         try:
-            return self._upload(name, zkey, coefficients)
+            return self._upload(name, zkey, coefficients, vectors_reserved)
         finally:
             with self._lock:
                 del self._uploading[name]
             uploading.set()
 
-    def _upload(self, name: str, zkey: ZKey, coefficients: bool) -> DeviceKeyLease:
+    def _upload(self, name: str, zkey: ZKey, coefficients: bool, vectors_reserved: bool) -> DeviceKeyLease:
         """Make ``name`` resident (with its coefficients when asked and they fit) and lease it, or lease the host key
         when it does not fit (its caller is the only one uploading ``name``)."""
         bases = bases_bytes(zkey)
-        need = bases + proof_vram_bytes(zkey, self.backend)
+        need = bases + proof_vram_bytes(zkey, self.backend, vectors_reserved=vectors_reserved)
         vram = self.backend.vram
         with_coefficients = coefficients and self._room_for(need + coefficient_bytes(zkey))
         if not with_coefficients and not self._room_for(need):
@@ -191,11 +194,12 @@ class DeviceKeys:
             log.info("coefficients of a %s key stay in host memory on device %d: %s", zkey.curve.name, self.device, exc)
             return None
 
-    def _add_coefficients(self, entry: _Resident, zkey: ZKey) -> None:
+    def _add_coefficients(self, entry: _Resident, zkey: ZKey, vectors_reserved: bool) -> None:
         """Make a resident key's coefficients resident too when they, and a proof beside them, fit now."""
         coefficients = None
         try:
-            if self._room_for(coefficient_bytes(zkey) + proof_vram_bytes(zkey, self.backend)):
+            proof = proof_vram_bytes(zkey, self.backend, vectors_reserved=vectors_reserved)
+            if self._room_for(coefficient_bytes(zkey) + proof):
                 coefficients = self._upload_coefficients(zkey)
         finally:
             with self._lock:

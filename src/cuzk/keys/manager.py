@@ -58,6 +58,7 @@ from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
+from ..prover.sizing import holds_device_vectors
 from .device import DeviceKeyLease, DeviceKeys
 from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
 from .host import PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_hot, load_peak
@@ -233,21 +234,31 @@ class KeyManager:
         done.set()
         return lease
 
-    def on_device(self, lease: KeyLease, backend: Backend, coefficients: bool = False) -> DeviceKeyLease:
+    def on_device(self, lease: KeyLease, backend: Backend, coefficients: bool = False,
+                  vectors_reserved: bool = False) -> DeviceKeyLease:
         """The leased key for proving on ``backend``: bases (and, asked for, coefficients) resident in its VRAM when
-        they fit (uploaded on first use), else the host key. Release the result when the proof is done (before the
-        host lease)."""
+        they fit (uploaded on first use; ``vectors_reserved``: beside a proof that holds its vectors already), else
+        the host key. Release the result when the proof is done (before the host lease)."""
         if not is_device_backend(backend):
             return DeviceKeyLease(None, None, lease.zkey)
-        return self.add_device(backend).acquire(lease.name, lease.zkey, coefficients)
+        return self.add_device(backend).acquire(lease.name, lease.zkey, coefficients, vectors_reserved)
 
     def synthesizes_on_devices(self, name: str) -> bool:
         """Whether a proof of ``name`` leaves A·w and B·w to the device: there are devices, and each one's budget holds
         the key's bases and coefficients beside a proof (``DeviceKeys.can_synthesize``)."""
         header = self.header(name)
+        return self._every_device(lambda keys: keys.can_synthesize(header))
+
+    def holds_vectors_on_devices(self, name: str) -> bool:
+        """Whether a proof of ``name`` keeps its vectors in VRAM for sure (waiting for them): there are devices, and
+        each one's whole budget holds the key's bases and a proof's vectors and largest MSM beside them."""
+        header = self.header(name)
+        return self._every_device(lambda keys: holds_device_vectors(header, keys.backend))
+
+    def _every_device(self, holds: Callable[[DeviceKeys], bool]) -> bool:
         with self._lock:
             devices = list(self._devices.values())
-        return bool(devices) and all(keys.can_synthesize(header) for keys in devices)
+        return bool(devices) and all(holds(keys) for keys in devices)
 
     def add_device(self, backend: DeviceBackend) -> DeviceKeys:
         """The VRAM tier of ``backend``'s device (made on first use; the engine adds its devices up front so

@@ -15,6 +15,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from ..formats.r1cs import R1CS, check_satisfied
 from ..formats.wtns import Witness
 from ..formats.zkey import ZKey
 from .sizing import device_vector_bytes
+
+if TYPE_CHECKING:
+    from ..backends.cuda.vram import VramReservation
 
 
 class ProvingError(ValueError):
@@ -108,6 +112,11 @@ class Synthesis:
         return a, b
 
 
+def _released(on_abc_released: Callable[[], None] | None) -> None:
+    if on_abc_released is not None:
+        on_abc_released()
+
+
 def _checkpoint(cancelled: Callable[[], bool] | None) -> None:
     if cancelled is not None and cancelled():
         raise ProofCancelled()
@@ -163,13 +172,16 @@ def _evaluate_deferred(backend: Backend, zkey: ZKey, synthesis: Synthesis, w_upl
 
 
 @contextlib.contextmanager
-def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray):
+def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray, vectors: VramReservation | None):
     """On a backend with device memory (CUDA): the proof's vectors reserved in its VRAM budget so that they
-    are copied once and stay there, and the witness's upload started (staged and copied on the backend's
+    are copied once and stay there — ``vectors``, the caller's reservation (it waited for it and releases it), or
+    one taken here when they fit now — and the witness's upload started (staged and copied on the backend's
     copy thread while the NTTs run); yields that upload. Yields None on the CPU backend, or when the
     vectors do not fit (each operation then copies its own inputs)."""
-    reservation = backend.try_reserve(device_vector_bytes(zkey), "proof vectors") if is_device_backend(backend) else None
-    if reservation is None:
+    owned = None
+    if vectors is None and is_device_backend(backend):
+        vectors = owned = backend.try_reserve(device_vector_bytes(zkey), "proof vectors")
+    if vectors is None:
         yield None
         return
     try:
@@ -179,7 +191,8 @@ def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray):
         finally:
             upload.result()  # a proof that stopped early still hands the upload's staging buffer back
     finally:
-        reservation.release()
+        if owned is not None:
+            owned.release()
 
 
 def prove_synthesized(
@@ -189,24 +202,29 @@ def prove_synthesized(
     *,
     on_abc_released: Callable[[], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
+    vectors: VramReservation | None = None,
 ) -> Proof:
     """The proving half: (A·w and B·w of a deferred synthesis,) C = A∘B, H by NTTs, the five MSMs and the blinding.
 
-    ``on_abc_released`` fires when the a/b/c vectors are freed (phase-one release of the
-    working-set reservation); ``cancelled`` is polled between phases.
+    ``on_abc_released`` fires when the host's a/b/c vectors are freed (phase-one release of the
+    working-set reservation): once a and b are on the device when the vectors stay there, else after the NTTs;
+    ``cancelled`` is polled between phases. ``vectors``: the VRAM reservation of the proof's vectors, when the
+    caller waited for it (it stays the caller's to release).
     """
     curve = zkey.curve
     timings = dict(synthesis.timings)
     w = synthesis.w
     a, b = (None, None) if synthesis.deferred else synthesis.take_ab()
-    with _device_vectors(backend, zkey, w) as w_upload:
+    with _device_vectors(backend, zkey, w, vectors) as w_upload:
         if synthesis.deferred:
             t = time.perf_counter()
             a, b = _evaluate_deferred(backend, zkey, synthesis, w_upload)
             timings["synthesize"] = time.perf_counter() - t
         t = time.perf_counter()
-        if w_upload is not None:  # a, b, c and H stay on the device
+        if w_upload is not None:  # a, b, c and H stay on the device: the host's a/b halves go once uploaded
             a, b = backend.to_device(a), backend.to_device(b)
+            _released(on_abc_released)
+            on_abc_released = None
         c = backend.fr_mul(curve, a, b)
         shift = curve.fr_root_of_unity(zkey.power + 1)
         a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
@@ -215,8 +233,7 @@ def prove_synthesized(
         h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
         del a, b, c
         timings["ntt"] = time.perf_counter() - t
-        if on_abc_released is not None:
-            on_abc_released()
+        _released(on_abc_released)
         _checkpoint(cancelled)
 
         t = time.perf_counter()

@@ -1,8 +1,9 @@
 """How many bytes one proof of a key needs, on the host and on a device: the one place that says so.
 
-Admission reserves ``host_working_set`` in the host budget; the VRAM tier asks
-``proof_vram_bytes`` and ``coefficient_bytes`` before making a key's bases and coefficients
-resident; the prover reserves ``device_vector_bytes`` for the vectors it keeps on a device;
+Admission reserves ``host_working_set`` in the host budget, asking ``holds_device_vectors`` whether
+a device proof keeps all its vectors in VRAM; the VRAM tier asks ``proof_vram_bytes`` and
+``coefficient_bytes`` before making a key's bases and coefficients resident; the prover reserves
+``device_vector_bytes`` for the vectors it keeps on a device;
 the engine runs ``proofs_in_flight`` proofs at once on each device. Every figure is exact arithmetic
 over the key's header (N = domain size, E = bytes per Fr element, V = number of signals) and
 follows what ``prover.groth16`` allocates:
@@ -13,17 +14,24 @@ follows what ``prover.groth16`` allocates:
   freed only when both are), C = A∘B (N·E), and while one vector is interpolated and
   evaluated on the coset, its inverse-NTT output, the coset-scaled copy and the transform's
   output exist at once (3·N·E): at worst, transforming B while A's new vector and the old
-  A/B allocation are alive, 7·N·E. A device backend keeps these vectors in VRAM when its
-  budget allows, but falls back to copying each operation's inputs and outputs when it does
-  not, so the host reserves them either way — except the a/b halves of a job whose synthesis
-  runs on the device (``device_synthesis``: they are made there from the key's resident
-  coefficients and never exist on the host), 5·N·E. The CPU backend also keeps NTT tables per domain
+  A/B allocation are alive, 7·N·E. The CPU backend also keeps NTT tables per domain
   (twiddles of both directions, N/2 elements each, and the 8-byte bit-reversal index) —
   N·E + 8·N; a device keeps its tables in VRAM;
 - MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
   largest MSM (recoded scalar copy and indices per point, plus bounded per-task bucket
   sorting space); a device's MSM scratch is in VRAM and its staging buffers come from the
   pinned pool, which holds its own reservation;
+- on a device, *with device vectors* (``device_vectors``: every device's whole VRAM budget holds
+  the key's resident bases, its coefficients where they are resident, and one proof's vectors
+  and largest MSM beside them — ``holds_device_vectors``), the proving worker waits for its
+  vectors' VRAM reservation rather than proving without it, so a, b, c, the NTTs' outputs and
+  the H scalars live only in VRAM: the host keeps the witness and, when synthesis ran on the
+  CPU, the a/b halves until they are uploaded (2·N·E; none when ``device_synthesis`` — not yet
+  covered: a deferred job that meets its key without resident coefficients makes its a/b on
+  the CPU after all, 2·N·E beyond its reservation until they are uploaded). A key
+  whose vectors can never fit is proved with each operation's inputs and outputs copied
+  through the host, so such a proof reserves the a/b/c phase and the H scalars as the CPU
+  path does (less its NTT tables), 7·N·E + N·E — 5·N·E + N·E when ``device_synthesis``;
 - with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size;
 - allocator slack: each worker thread's malloc arena and stack pages first touched by a job,
   a fixed THREAD_SLACK_BYTES per thread (an allowance sized from what small proofs were seen to
@@ -69,6 +77,7 @@ class WorkingSet:
     estimated_bytes: int  # the header arithmetic alone
     measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
     device_synthesis: bool = False  # a/b are left to the device (synthesis on the host only checks the witness)
+    device_vectors: bool = False  # the proof waits for its vectors' VRAM: no domain vector on the host past the upload
 
     @property
     def total_bytes(self) -> int:
@@ -77,7 +86,8 @@ class WorkingSet:
     def to_dict(self) -> dict:
         return {"total_bytes": self.total_bytes, "abc_bytes": self.abc_bytes, "rest_bytes": self.rest_bytes,
                 "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes,
-                "device_synthesis": self.device_synthesis}
+                "device_synthesis": self.device_synthesis,
+                "device_vectors": self.device_vectors}
 
 
 def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
@@ -93,14 +103,21 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
 
 
 def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: bool = False,
-                     r1cs_path: str | os.PathLike | None = None, measured_bytes: int | None = None) -> WorkingSet:
+                     device_vectors: bool = False, r1cs_path: str | os.PathLike | None = None,
+                     measured_bytes: int | None = None) -> WorkingSet:
     """The host reservation of one proof with this key, proved on a device or on the CPU, its a/b made on the
-    device (``device_synthesis``, only ``on_device``) or on the host (module docstring)."""
-    if device_synthesis and not on_device:
-        raise ValueError("synthesis runs on the device only for a proof on a device")
+    device (``device_synthesis``) or on the host, its vectors held in VRAM for the whole proof (``device_vectors``)
+    or copied through the host per operation (module docstring); both only ``on_device``."""
+    if (device_synthesis or device_vectors) and not on_device:
+        raise ValueError("synthesis and the proof's vectors are on a device only for a proof on a device")
     E, N, V = header.n8r, header.domain_size, header.n_vars
-    abc = (ABC_VECTORS - (2 if device_synthesis else 0)) * N * E
-    rest = 2 * V * E + N * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    ab = 0 if device_synthesis else 2 * N * E
+    rest = 2 * V * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    if device_vectors:
+        abc = ab  # the a/b halves until they are uploaded; C, the NTTs' outputs and H are made on the device
+    else:
+        abc = (ABC_VECTORS - 2) * N * E + ab
+        rest += N * E  # the H scalars
     if not on_device:
         abc += N * E + 8 * N
         rest += max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
@@ -109,7 +126,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
     estimated = abc + rest
     if measured_bytes is not None and measured_bytes > estimated:
         rest += measured_bytes - estimated
-    return WorkingSet(abc, rest, estimated, measured_bytes, device_synthesis)
+    return WorkingSet(abc, rest, estimated, measured_bytes, device_synthesis, device_vectors)
 
 
 def device_vector_bytes(header: ZKeyHeader) -> int:
@@ -132,13 +149,21 @@ def coefficient_bytes(header: ZKeyHeader) -> int:
     return n * (4 + header.n8r) + 4 * (rows + 1) + 4 * min(n // 2, rows)
 
 
-def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
-    """Device bytes one proof needs beside resident bases: its field vectors and the working set of the largest
-    MSM with resident bases — G1's over max(V, N) points or G2's over V, whose points are twice as wide (the MSM's
-    own count: its chunk planner needs it too)."""
+def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend, *, vectors_reserved: bool = False) -> int:
+    """Device bytes one proof needs beside resident bases: its field vectors (unless ``vectors_reserved``: the proof
+    holds them already) and the working set of the largest MSM with resident bases — G1's over max(V, N) points or
+    G2's over V, whose points are twice as wide (the MSM's own count: its chunk planner needs it too)."""
     largest = max(backend.msm_working_bytes(header.curve, "g1", max(header.n_vars, header.domain_size), resident=True),
                   backend.msm_working_bytes(header.curve, "g2", header.n_vars, resident=True))
-    return device_vector_bytes(header) + largest
+    return (0 if vectors_reserved else device_vector_bytes(header)) + largest
+
+
+def holds_device_vectors(header: ZKeyHeader, backend: DeviceBackend, *, coefficients: bool = False) -> bool:
+    """Whether the device's whole VRAM budget holds the key's resident bases (and ``coefficients``) and one proof's
+    vectors and largest MSM beside them: then a proof that waits for its vectors' reservation gets it once other
+    proofs end and idle keys are evicted, so it never copies its vectors through the host."""
+    need = bases_bytes(header) + proof_vram_bytes(header, backend) + (coefficient_bytes(header) if coefficients else 0)
+    return need <= backend.vram.total_bytes
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,17 @@ MSM's chunk plan *is* its reservation), so the proofs several lanes run on one d
 never together exceed the budget, and nothing is launched to fail for lack of memory. An MSM
 that finds no room while other MSMs hold theirs waits for one to end (``wait_for_release``):
 an MSM holds its working set only while it computes, waiting for nothing else, so that wait
-always ends. Evictors (the key manager's VRAM tier) give back idle resident bases when a
-reservation or a whole MSM's working set needs the room (``make_room``).
+always ends. A proof admitted with device vectors waits for its vectors' room the same way
+(``reserve_when_free``), but holding nothing on the device while it waits: what holds the room
+then is other proofs, which end, and idle keys, which are evicted. Evictors (the key manager's
+VRAM tier) give back idle resident bases when a reservation or a whole MSM's working set needs
+the room (``make_room``).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...curves import Curve
@@ -40,6 +44,7 @@ class VramBudget:
         self._released = threading.Condition(self._lock)
         self._transient = 0  # bytes of reservations that end on their own (MSM working sets): worth waiting for
         self._releases = 0  # transient reservations ended so far (``wait_for_release``)
+        self._frees = 0  # reservations of any kind ended so far (``reserve_when_free``)
         self._evictors: list = []  # objects with idle_bytes() and evict_idle(bytes_needed) -> bytes freed
 
     @classmethod
@@ -117,6 +122,23 @@ class VramBudget:
             if not self.wait_for_release(since):
                 return self.reserve(nbytes, what, transient=True)  # the error names the bytes, unless room came since
 
+    def reserve_when_free(self, nbytes: int, what: str, cancelled: Callable[[], bool],
+                          poll_seconds: float = 0.2) -> "VramReservation | None":
+        """``nbytes`` once they fit (idle holders evicted for them), waiting for any reservation to end in bounded waits
+        that poll ``cancelled``; None when cancelled or when they exceed the whole budget. The caller must hold no
+        reservation of its own while it waits: it waits for others' work to end."""
+        while nbytes <= self.total_bytes:
+            since = self._frees
+            reservation = self.try_reserve(nbytes, what)
+            if reservation is not None:
+                return reservation
+            if cancelled():
+                return None
+            with self._released:
+                if self._frees == since:
+                    self._released.wait(poll_seconds)
+        return None
+
     @property
     def releases(self) -> int:
         """How many transient reservations have ended: read it before a try, then ``wait_for_release(since=...)``."""
@@ -135,10 +157,11 @@ class VramBudget:
     def _release(self, nbytes: int, transient: bool) -> None:
         with self._released:
             self._reserved -= nbytes
+            self._frees += 1
+            self._released.notify_all()
             if transient:
                 self._transient -= nbytes
                 self._releases += 1
-                self._released.notify_all()
 
 
 @dataclass
