@@ -47,4 +47,4 @@ for s in "$@"; do
 done
 find src -name '*.nbi' -o -name '*.nbc' | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz
 split -b 15m /tmp/numba.tgz $OUT/numba.tgz.part-
-tar czf $OUT/results.tgz -C /tmp res; ls -la $OUT
+tar czf $OUT/results.tgz --exclude=daemon -C /tmp res; ls -la $OUT
