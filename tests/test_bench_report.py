@@ -139,13 +139,16 @@ def test_report_memory_and_recoveries_come_from_the_samples(good_run):
     report = build_report(good_run)
     mem = report["memory"]
     assert mem["samples"] == 4 and mem["limit_source"] == "cgroup /sys/fs/cgroup/x"
-    assert (mem["peak_charged_bytes"], mem["peak_charged_t_s"]) == (300 * MiB, 1.0)  # not the down sample, not the last
+    # "Charged" is the kernel's figure the bench read itself (320), not the engine's reading (300), which has its own name.
+    assert (mem["peak_charged_bytes"], mem["peak_charged_t_s"], mem["charged_source"]) == (320 * MiB, 1.0, "kernel")
+    assert mem["peak_engine_reading_bytes"] == 300 * MiB
     assert (mem["budget_at_peak_bytes"], mem["limit_at_peak_bytes"]) == (700 * MiB, 1000 * MiB)
-    assert mem["peak_charged_of_budget"] == pytest.approx(3 / 7) and mem["peak_charged_of_limit"] == pytest.approx(0.3)
+    assert mem["peak_charged_of_budget"] == pytest.approx(32 / 70) and mem["peak_charged_of_limit"] == pytest.approx(0.32)
     assert (mem["peak_reserved_bytes"], mem["peak_untracked_bytes"]) == (200 * MiB, 100 * MiB)
+    assert mem["peak_charged_of_reserved"] == pytest.approx(320 / 200)
     assert (mem["budget_total_bytes_first"], mem["budget_total_bytes_last"]) == (800 * MiB, 700 * MiB)
     assert mem["min_budget_effective_bytes"] == 650 * MiB and mem["peak_kernel_charged_bytes"] == 320 * MiB
-    assert mem["engine_reported_peak_charged_bytes"] == 310 * MiB  # engines the bench started: their peaks are the run's
+    assert mem["engine_reported_peak_reading_bytes"] == 310 * MiB  # engines the bench started: their peaks are the run's
     oom = report["oom"]
     assert (oom["recoveries"], oom["oom_kills"], oom["restarts"], oom["max_oom_retries"]) == (1, 1, 1, 3)
     (event,) = oom["events"]
@@ -159,9 +162,22 @@ def test_the_table_shows_the_report_s_figures(good_run, tmp_path):
     text = console.file.getvalue()
     assert f"{3 / 2.6:.3f} proofs/s (3 proofs in 2.60 s)" in text and "3/3 done, 1 retried" in text
     assert "end to end, low" in text and "end to end, high" in text  # two priorities: a row for each
-    assert f"{format_size(300 * MiB)} at 1.0 s = 42.9 % of the budget, 30.0 % of the limit" in text
+    assert f"{format_size(320 * MiB)} at 1.0 s = 45.7 % of the budget, 32.0 % of the limit (the kernel's figure" in text
+    assert "peak charged ÷ peak reserved 1.60" in text
     assert "1 OOM recoveries (at most 3 allowed)" in text and "engine 100: OOM kill" in text
     assert str(tmp_path / "results.json") in text and "stopped early" not in text
+
+
+def test_an_attached_daemon_s_charged_memory_is_its_engine_s_reading(tmp_path):
+    """The bench cannot see an attached daemon's cgroup: then, and only then, "charged" is the engine's own reading."""
+    samples = [dataclasses.replace(s, kernel_charged_bytes=None) for s in SAMPLES]
+    report = build_report(_result(tmp_path, [], samples=samples, daemon_attached=True, daemon_data_dir=None))
+    mem = report["memory"]
+    assert (mem["peak_charged_bytes"], mem["charged_source"], mem["peak_engine_reading_bytes"]) == (300 * MiB, "engine", 300 * MiB)
+    assert "peak_kernel_charged_bytes" not in mem and mem["peak_charged_of_reserved"] == pytest.approx(1.5)
+    console = Console(width=200, file=io.StringIO())
+    console.print(*render(report, tmp_path))
+    assert "(the attached engine's reading, sampled every" in console.file.getvalue()
 
 
 def test_an_aborted_run_reports_what_finished_and_why_it_stopped(tmp_path):
@@ -182,7 +198,7 @@ def test_an_aborted_run_reports_what_finished_and_why_it_stopped(tmp_path):
     records = report["job_records"]
     assert "phases_s" not in records[3] and records[4]["completed_t_s"] is None
     assert report["daemon"]["mode"] == "attached" and report["files"]["daemon_log"] is None
-    assert "engine_reported_peak_charged_bytes" not in report["memory"]  # an attached daemon's engines ran before the run
+    assert "engine_reported_peak_reading_bytes" not in report["memory"]  # an attached daemon's engines ran before the run
     console = Console(width=200, file=io.StringIO())
     console.print(*render(report, tmp_path))
     text = console.file.getvalue()

@@ -485,6 +485,14 @@ def test_http_metrics_and_status(daemon, client, circuits):
     assert all(k["working_set_bytes"] > 0 for k in status["keys"])
     assert status["jobs"]["by_state"].get("done", 0) >= 1
     assert status["workers"] and status["reconciler"]["latest"]["actual_bytes"] > 0
+    # The peaks: reserved by the budget, and what the kernel charged — named for what was read (an RSS reading is not
+    # a charge). The reading may be taken after the scrape above, so read the metrics again.
+    metrics = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
+    gauges = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines() if line.startswith("cuzk_memory_peak")}
+    assert gauges["cuzk_memory_peak_reserved_bytes"] >= status["budget"]["peak_reserved_bytes"] > 0
+    kernel = status["reconciler"]["latest"]["source"] in ("cgroup", "meminfo")
+    charged, other = ("cuzk_memory_peak_charged_bytes", "cuzk_memory_peak_rss_bytes")[:: 1 if kernel else -1]
+    assert gauges[charged] > 0 and other not in gauges
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://{daemon.http}/nothing", timeout=10)
 

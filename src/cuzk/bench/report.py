@@ -115,31 +115,45 @@ def _ratio(a: int | None, b: int | None) -> float | None:
 
 
 def memory_summary(result: BenchResult) -> dict[str, Any]:
+    """Memory over the run. "Charged" is what the kernel charges (the daemon's cgroup, or the whole machine where
+    MemTotal binds), read by the bench itself; only for an attached daemon, whose cgroup the bench cannot see, is
+    it the engine's reading. The engine's own reading (its reconciler: the cgroup, or its RSS when a configured
+    budget is trusted over the limit) is reported under its own name."""
     samples = result.samples
     up = [s for s in samples if s.charged_bytes is not None]
+    kernel = [s for s in samples if s.kernel_charged_bytes is not None]
     out: dict[str, Any] = {"samples": len(samples), "sample_interval_s": result.options.sample_interval,
                            "limit_source": result.limit_source}
     if samples:
         out["limit_bytes_first"] = samples[0].limit_bytes
         out["limit_bytes_last"] = samples[-1].limit_bytes
     if up:
-        peak = max(up, key=lambda s: s.charged_bytes)
         out.update({
-            "peak_charged_bytes": peak.charged_bytes, "peak_charged_t_s": round(peak.t_s, 3),
-            "budget_at_peak_bytes": peak.budget_total_bytes, "limit_at_peak_bytes": peak.limit_bytes,
-            "peak_charged_of_budget": _ratio(peak.charged_bytes, peak.budget_total_bytes),
-            "peak_charged_of_limit": _ratio(peak.charged_bytes, peak.limit_bytes),
+            "peak_engine_reading_bytes": max(s.charged_bytes for s in up),
             "peak_reserved_bytes": max(s.reserved_bytes or 0 for s in up),
             "peak_untracked_bytes": max(s.untracked_bytes or 0 for s in up),
             "budget_total_bytes_first": up[0].budget_total_bytes, "budget_total_bytes_last": up[-1].budget_total_bytes,
             "min_budget_effective_bytes": min((s.budget_effective_bytes for s in up if s.budget_effective_bytes is not None), default=None),
         })
-    kernel = [s.kernel_charged_bytes for s in samples if s.kernel_charged_bytes is not None]
     if kernel:
-        out["peak_kernel_charged_bytes"] = max(kernel)
+        out["peak_kernel_charged_bytes"] = max(s.kernel_charged_bytes for s in kernel)
+    charged = kernel or up
+    if charged:
+        read = (lambda s: s.kernel_charged_bytes) if kernel else (lambda s: s.charged_bytes)
+        peak = max(charged, key=read)
+        budget = peak.budget_total_bytes if peak.budget_total_bytes is not None else out.get("budget_total_bytes_last")
+        limit = peak.limit_bytes if peak.limit_bytes is not None else out.get("limit_bytes_last")
+        out.update({
+            "charged_source": "kernel" if kernel else "engine",
+            "peak_charged_bytes": read(peak), "peak_charged_t_s": round(peak.t_s, 3),
+            "budget_at_peak_bytes": budget, "limit_at_peak_bytes": limit,
+            "peak_charged_of_budget": _ratio(read(peak), budget),
+            "peak_charged_of_limit": _ratio(read(peak), limit),
+            "peak_charged_of_reserved": _ratio(read(peak), out.get("peak_reserved_bytes")),
+        })
     if not result.daemon_attached and result.engine_peak_charged:
         # The engines were started for this run, so their reconcilers' peaks (sampled at their own pace) are the run's too.
-        out["engine_reported_peak_charged_bytes"] = max(result.engine_peak_charged.values())
+        out["engine_reported_peak_reading_bytes"] = max(result.engine_peak_charged.values())
     return out
 
 
@@ -260,6 +274,10 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
 
+def _ratio_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def render(report: dict[str, Any], out_dir) -> list:
     """Rich renderables: the summary lines, the latency table, memory, OOM recoveries, files."""
     from rich.table import Table
@@ -304,14 +322,16 @@ def render(report: dict[str, Any], out_dir) -> list:
     m = Table.grid(padding=(0, 2))
     m.add_row("limit", f"{format_size(mem.get('limit_at_peak_bytes', mem.get('limit_bytes_last')))} ({mem['limit_source']})"
               + ("; no cgroup limit, so charged means the whole machine's use" if mem["limit_source"].startswith("MemTotal") else ""))
-    if "peak_charged_bytes" in mem:
+    if "peak_charged_bytes" in mem and "peak_reserved_bytes" in mem:  # the engine answered at least once
         m.add_row("budget", f"{format_size(mem['budget_at_peak_bytes'])} at the peak"
                   + (f" (first {format_size(mem['budget_total_bytes_first'])}, last {format_size(mem['budget_total_bytes_last'])})"
                      if mem["budget_total_bytes_first"] != mem["budget_total_bytes_last"] else ""))
+        whose = "the kernel's figure" if mem["charged_source"] == "kernel" else "the attached engine's reading"
         m.add_row("peak charged", f"{format_size(mem['peak_charged_bytes'])} at {mem['peak_charged_t_s']:.1f} s = "
                   f"{_pct(mem['peak_charged_of_budget'])} of the budget, {_pct(mem['peak_charged_of_limit'])} of the limit "
-                  f"(sampled every {mem['sample_interval_s']:g} s)")
-        m.add_row("peak reserved", f"{format_size(mem['peak_reserved_bytes'])}; peak untracked {format_size(mem['peak_untracked_bytes'])}")
+                  f"({whose}, sampled every {mem['sample_interval_s']:g} s)")
+        m.add_row("peak reserved", f"{format_size(mem['peak_reserved_bytes'])}; peak charged ÷ peak reserved "
+                  f"{_ratio_text(mem['peak_charged_of_reserved'])}; peak untracked {format_size(mem['peak_untracked_bytes'])}")
     else:
         m.add_row("memory", "no sample from the engine")
     restarts = f"{oom['recoveries']} OOM recoveries (at most {oom['max_oom_retries']} allowed)"

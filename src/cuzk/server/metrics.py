@@ -48,6 +48,22 @@ class _StatusCollector(Collector):
             if value is not None:
                 g.add_metric([kind], value)
         yield g
+
+        reconciler = status.get("reconciler") or {}
+        peak_reading = reconciler.get("peak_actual_bytes")
+        if budget.get("peak_reserved_bytes") is not None:
+            g = GaugeMetricFamily("cuzk_memory_peak_reserved_bytes", "The most host memory the budget had reserved at once")
+            g.add_metric([], budget["peak_reserved_bytes"])
+            yield g
+        if peak_reading and reading.get("source"):
+            # What the kernel charges (the cgroup's usage, or the machine's under MemTotal) is "charged"; the RSS
+            # reading used when a configured budget is trusted over the limit carries its own name.
+            kernel = reading["source"] in ("cgroup", "meminfo")
+            name, doc = (("cuzk_memory_peak_charged_bytes", "The most host memory the kernel charged (cgroup or machine)")
+                         if kernel else ("cuzk_memory_peak_rss_bytes", "The engine's largest RSS (no kernel charge is read)"))
+            g = GaugeMetricFamily(name, doc)
+            g.add_metric([], peak_reading)
+            yield g
         g = GaugeMetricFamily("cuzk_budget_reserved_bytes", "Reserved host memory by category", labels=["category"])
         for category, entry in budget.get("by_category", {}).items():
             g.add_metric([category], entry["bytes"])
