@@ -218,3 +218,30 @@ def test_corpus_proof_verifies_and_tampering_fails(name):
 def test_vkey_from_zkey_equals_snarkjs_export(name):
     d = corpus_dir(name)
     assert vkey_from_zkey(read_zkey(d / "circuit.zkey")) == read_vkey(d / "verification_key.json")
+
+
+# ---------------------------------------------------------------------------- the command line
+def test_cli_verify_takes_other_provers_layout_and_keeps_unreadable_apart_from_invalid(tmp_path):
+    """rapidsnark's proof.json names no curve: the curve is the verification key's, as snarkjs does. Exit 0 valid,
+    1 invalid, 2 when the files cannot be read (nothing verified)."""
+    import json
+    from pathlib import Path
+
+    from conftest import snarkjs_verify
+    from cuzk.cli import main as cli_main
+
+    example = Path(__file__).resolve().parents[1] / "src" / "cuzk" / "examples" / "synthetic_bn254"
+    vkey, proof, public = example / "verification_key.json", tmp_path / "proof.json", tmp_path / "public.json"
+    assert cli_main(["prove", str(example / "circuit.zkey"), str(example / "witness.wtns"), str(proof), str(public)]) == 0
+    layout = json.loads(proof.read_text())
+    del layout["curve"]  # rapidsnark's layout: pi_a, pi_b, pi_c, protocol
+    proof.write_text(json.dumps(layout))
+    assert snarkjs_verify(vkey, public, proof)
+    assert cli_main(["verify", str(vkey), str(public), str(proof)]) == 0
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps({**layout, "pi_a": layout["pi_c"]}))
+    assert cli_main(["verify", str(vkey), str(public), str(tampered)]) == 1
+    truncated = tmp_path / "truncated.json"
+    truncated.write_text(proof.read_text()[:40])
+    assert cli_main(["verify", str(vkey), str(public), str(truncated)]) == 2
+    assert cli_main(["verify", str(vkey), str(public), str(tmp_path / "missing.json")]) == 2

@@ -54,15 +54,23 @@ def _print_timings(timings: dict[str, float], source: str) -> None:
     print(f"[{source}] {parts}  total {total * 1000:.1f} ms", file=sys.stderr)
 
 
+VERIFY_UNREADABLE = 2  # the files could not be read or do not fit together: nothing was verified (1 means invalid)
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .formats.json_io import read_proof, read_public, read_vkey
     from .prover.verify import verify
 
-    vkey = read_vkey(args.vkey)
-    public = read_public(args.public)
-    proof = read_proof(args.proof)
-    t = time.perf_counter()
-    ok = verify(vkey, public, proof)
+    try:
+        vkey = read_vkey(args.vkey)
+        # The curve comes from the verification key: other provers' files (rapidsnark's) name none.
+        public = read_public(args.public, curve=vkey.curve)
+        proof = read_proof(args.proof, curve=vkey.curve)
+        t = time.perf_counter()
+        ok = verify(vkey, public, proof)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return VERIFY_UNREADABLE
     if args.verbose:
         print(f"verify {(time.perf_counter() - t) * 1000:.1f} ms", file=sys.stderr)
     print("OK: proof is valid" if ok else "INVALID: proof does not verify")
@@ -161,7 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_prove)
 
-    p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>")
+    p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>",
+                       description="Exit status: 0 the proof is valid, 1 it is invalid, 2 the files could not be read "
+                                   "or do not fit together (nothing was verified).")
     p.add_argument("vkey")
     p.add_argument("public")
     p.add_argument("proof")
