@@ -81,3 +81,25 @@ def test_memprobe_rejects_bad_arguments(capsys, argv, message):
 def test_pinned_memprobe_without_cuda_says_what_is_missing(capsys):
     code, out, err = run_cli(capsys, "memprobe", "--pinned", "--no-save", "--max-mib", "16")
     assert code == 1 and out == "" and "--pinned needs CuPy and a CUDA device" in err
+
+
+def test_memcheck_into_a_closed_pipe_stops_quietly(tmp_path):
+    """`cuzk memcheck | head -1`: the reader is gone before the output is written; no traceback, SIGPIPE's status."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # nobody will read: the first write fails with EPIPE
+    try:
+        proc = subprocess.run([sys.executable, "-m", "cuzk.cli", "memcheck"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120, env={**os.environ, "CUZK_STATE_DIR": str(tmp_path)})
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_keys_preload_or_evict_without_a_key_is_a_usage_error(capsys):
+    for action in ("preload", "evict"):
+        code, out, err = run_cli(capsys, "keys", action)
+        assert code == 2 and err == f"error: cuzk keys {action} needs a key: a registered name or a .zkey path\n"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -222,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush into the closed pipe
+        return 128 + signal.SIGPIPE
     except (ValueError, OSError) as exc:
         # Every expected failure (bad file, wrong curve, unsatisfied witness, I/O) is one line.
         print(f"error: {exc}", file=sys.stderr)

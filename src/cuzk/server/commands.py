@@ -116,6 +116,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
+    if args.action in ("preload", "evict") and not args.key:
+        print(f"error: cuzk keys {args.action} needs a key: a registered name or a .zkey path", file=sys.stderr)
+        return 2
     with _client(args) as client:
         if args.action == "preload":
             entry = client.preload(args.key)
