@@ -112,11 +112,6 @@ class Synthesis:
         return a, b
 
 
-def _released(on_abc_released: Callable[[], None] | None) -> None:
-    if on_abc_released is not None:
-        on_abc_released()
-
-
 def _checkpoint(cancelled: Callable[[], bool] | None) -> None:
     if cancelled is not None and cancelled():
         raise ProofCancelled()
@@ -215,6 +210,7 @@ def prove_synthesized(
     timings = dict(synthesis.timings)
     w = synthesis.w
     a, b = (None, None) if synthesis.deferred else synthesis.take_ab()
+    release_abc = on_abc_released or (lambda: None)
     with _device_vectors(backend, zkey, w, vectors) as w_upload:
         if synthesis.deferred:
             t = time.perf_counter()
@@ -223,8 +219,7 @@ def prove_synthesized(
         t = time.perf_counter()
         if w_upload is not None:  # a, b, c and H stay on the device: the host's a/b halves go once uploaded
             a, b = backend.to_device(a), backend.to_device(b)
-            _released(on_abc_released)
-            on_abc_released = None
+            release_abc()
         c = backend.fr_mul(curve, a, b)
         shift = curve.fr_root_of_unity(zkey.power + 1)
         a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
@@ -233,7 +228,8 @@ def prove_synthesized(
         h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
         del a, b, c
         timings["ntt"] = time.perf_counter() - t
-        _released(on_abc_released)
+        if w_upload is None:  # the host's vectors live until here
+            release_abc()
         _checkpoint(cancelled)
 
         t = time.perf_counter()
