@@ -86,8 +86,9 @@ def residency_gain(zkey_path: Path, wtns_path: Path) -> dict:
     return out
 
 
-def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int) -> dict:
-    """One thread per device proving pre-synthesized jobs against resident bases."""
+def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes: int = 1) -> dict:
+    """``lanes`` threads per device, each in a lane of its own (as the engine's K device workers), proving
+    pre-synthesized jobs against resident bases: the devices' rate with no engine around them."""
     zkey = read_zkey(zkey_path)
     witness = read_wtns(wtns_path)
     backends = [CudaBackend(d) for d in range(gpus)]
@@ -99,16 +100,18 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int) -> di
     done = [0] * gpus
 
     def worker(i: int) -> None:
-        while True:
-            with lock:
-                if not todo:
-                    return
-                synthesis = todo.pop()
-            prove_synthesized(backends[i], keys[i], synthesis)
-            done[i] += 1
+        with backends[i].new_lane() as lane:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    synthesis = todo.pop()
+                with lane:
+                    prove_synthesized(backends[i], keys[i], synthesis)
+                done[i] += 1
 
     t = time.perf_counter()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus)]
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus) for _ in range(lanes)]
     for th in threads:
         th.start()
     for th in threads:
@@ -116,20 +119,23 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int) -> di
     seconds = time.perf_counter() - t
     for b, k in zip(backends, keys):
         b.free_key(k)
-    return {"gpus": gpus, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds, "per_device": done}
+    return {"gpus": gpus, "lanes": lanes, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds,
+            "per_device": done}
 
 
 SUBMITTERS = 8  # client threads submitting at once in the engine run
 
 
-def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_workers: int) -> dict:
+def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_workers: int | str,
+               verify_proofs: bool = False, profile: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as data_dir:
-        config = EngineConfig(data_dir=data_dir, backend="cuda", devices=list(range(gpus)), verify=False,
+        config = EngineConfig(data_dir=data_dir, backend="cuda", devices=list(range(gpus)), verify=verify_proofs,
                               synth_workers=synth_workers, reconcile=False, measure_peaks=False, keys={"k": str(zkey_path)})
         with Engine(config) as engine:
             warm = [engine.submit("k", wtns_path) for _ in range(2 * gpus)]  # uploads the key to every device, compiles
             for job in warm:
                 engine.await_result(job, timeout=600)
+            profiler = HostProfile() if profile else None
             t = time.perf_counter()
             # By path, from several threads, as local clients of the daemon submit: each witness is copied into the
             # journal by the kernel and fsync'd before its submit returns.
@@ -138,6 +144,7 @@ def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_w
             submit_s = time.perf_counter() - t
             records = [engine.await_result(job, timeout=600) for job in jobs]
             seconds = time.perf_counter() - t
+            host = profiler.stop(seconds) if profiler is not None else None
             status = engine.status()
     ok = [r for r in records if r.state is JobState.DONE]
     failed = [r.error for r in records if r.state is not JobState.DONE]
@@ -151,7 +158,34 @@ def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_w
     per_worker = {w["name"]: w["jobs_done"] for w in status["workers"] if w["kind"] == "proving"}
     return {"gpus": gpus, "proofs": proofs, "done": len(ok), "seconds": round(seconds, 3), "proofs_per_s": len(ok) / seconds,
             "submit_s": round(submit_s, 3), "witness_bytes": wtns_path.stat().st_size, "per_worker": per_worker, "verified": verified, "failed": failed[:3],
-            "resident": {d["device"]: list(d["keys"]) for d in status["devices"]}}
+            "resident": {d["device"]: list(d["keys"]) for d in status["devices"]}, "proofs_per_device": status["config"]["proofs_per_device"],
+            **({"host_profile": host} if host is not None else {})}
+
+
+class HostProfile:
+    """Where the engine's host time goes while it proves: CPU seconds of every thread, by thread and by function
+    (yappi, the profiler that sees all threads). The engine's Python holds the GIL for most of its CPU time,
+    so the process's CPU seconds per wall second in Python frames say how close the GIL is to saturated."""
+
+    def __init__(self):
+        import yappi
+
+        self._yappi = yappi
+        yappi.set_clock_type("cpu")
+        yappi.set_context_name_callback(lambda: threading.current_thread().name)
+        yappi.start(builtins=True, profile_threads=True)
+
+    def stop(self, wall_s: float, top: int = 25) -> dict:
+        yappi = self._yappi
+        yappi.stop()
+        threads = sorted(((t.name, t.ttot) for t in yappi.get_thread_stats()), key=lambda x: -x[1])
+        functions = yappi.get_func_stats()
+        functions.sort("tsub", "desc")
+        rows = [{"function": f"{f.module.rsplit('/', 1)[-1]}:{f.lineno} {f.name}", "calls": f.ncall,
+                 "self_s": round(f.tsub, 3), "total_s": round(f.ttot, 3)} for f in functions[:top]]
+        yappi.clear_stats()
+        return {"wall_s": round(wall_s, 3), "cpu_s_per_wall_s": round(sum(s for _, s in threads) / wall_s, 3),
+                "threads": [(name, round(s, 3)) for name, s in threads[:12]], "functions_by_self_cpu": rows}
 
 
 def main(argv=None) -> int:
@@ -159,7 +193,12 @@ def main(argv=None) -> int:
     ap.add_argument("--log-n", type=int, default=20, help="circuit domain 2^log_n (default 20)")
     ap.add_argument("--proofs", type=int, default=24, help="proofs per measured run (default 24)")
     ap.add_argument("--gpus", default="1,2", help="GPU counts to compare (default 1,2)")
-    ap.add_argument("--synth-workers", type=int, default=4, help="engine CPU synthesis workers (default 4)")
+    ap.add_argument("--synth-workers", default=4, type=lambda v: v if v == "auto" else int(v),
+                    help="engine synthesis workers, a number or auto (default 4)")
+    ap.add_argument("--lanes", type=int, default=1, help="devices-only run: proving threads (lanes) per device (default 1)")
+    ap.add_argument("--verify", action="store_true", help="engine run: self-verify every proof, as the daemon does")
+    ap.add_argument("--profile", action="store_true", help="engine run: report the host's CPU time by thread and function (yappi)")
+    ap.add_argument("--skip-residency", action="store_true", help="skip the residency measurement")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
     ap.add_argument("--skip-engine", action="store_true", help="only the residency and devices-only measurements")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
@@ -177,23 +216,25 @@ def main(argv=None) -> int:
     zkey, wtns = circuit(args.dir, args.log_n)
     out: dict = {"log_n": args.log_n, "gpus_visible": available}
 
-    out["residency"] = residency_gain(zkey, wtns)
-    print(json.dumps({"residency": out["residency"]}), flush=True)
+    if not args.skip_residency:
+        out["residency"] = residency_gain(zkey, wtns)
+        print(json.dumps({"residency": out["residency"]}), flush=True)
     out["devices_only"] = []
     for g in counts:
-        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs))
+        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs, args.lanes))
         print(json.dumps({"devices_only": out["devices_only"][-1]}), flush=True)
     out["engine"] = []
     if not args.skip_engine:
         for g in counts:
-            out["engine"].append(engine_run(zkey, wtns, g, args.proofs, args.synth_workers))
+            out["engine"].append(engine_run(zkey, wtns, g, args.proofs, args.synth_workers, args.verify, args.profile))
             print(json.dumps({"engine": out["engine"][-1]}), flush=True)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
 
-    r = out["residency"]
-    print(f"\n2^{args.log_n} BN254 proof, proving half on one GPU: bases uploaded per MSM {r['uploaded_per_msm_ms']:.1f} ms, "
-          f"resident {r['resident_ms']:.1f} ms (residency gain {r['residency_gain']:.2f}x)")
+    if "residency" in out:
+        r = out["residency"]
+        print(f"\n2^{args.log_n} BN254 proof, proving half on one GPU: bases uploaded per MSM {r['uploaded_per_msm_ms']:.1f} ms, "
+              f"resident {r['resident_ms']:.1f} ms (residency gain {r['residency_gain']:.2f}x)")
     for label, rows in (("devices only", out["devices_only"]), ("engine end to end", out["engine"])):
         if not rows:
             continue
@@ -204,6 +245,16 @@ def main(argv=None) -> int:
                   + (f"  (submitting took {row['submit_s']:.2f} s: {row['witness_bytes'] / 2**20:.0f} MiB witness files by path from {SUBMITTERS} threads, fsync'd)"
                      if "submit_s" in row else "")
                   + ("" if row.get("verified", True) else "  PROOF DID NOT VERIFY"))
+    for row in out["engine"]:
+        peer = next((d for d in out["devices_only"] if d["gpus"] == row["gpus"]), None)
+        if peer is not None:
+            print(f"engine ÷ devices only, {row['gpus']} GPU(s): {row['proofs_per_s'] / peer['proofs_per_s']:.2f} "
+                  f"(engine K = {row['proofs_per_device']}, devices only {peer['lanes']} lane(s) per device)")
+        host = row.get("host_profile")
+        if host:
+            print(f"host CPU while proving: {host['cpu_s_per_wall_s']:.2f} s per wall second; by thread {host['threads']}")
+            for f in host["functions_by_self_cpu"]:
+                print(f"  {f['self_s']:8.3f} s self {f['total_s']:8.3f} s total {f['calls']:8d} calls  {f['function']}")
     bad = [row for row in out["engine"] if row["verified"] is False or row["done"] < row["proofs"]]
     return 1 if bad else 0
 
