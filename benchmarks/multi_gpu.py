@@ -100,7 +100,8 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
     done = [0] * gpus
 
     def worker(i: int) -> None:
-        with backends[i].new_lane() as lane:
+        lane = backends[i].new_lane()
+        try:
             while True:
                 with lock:
                     if not todo:
@@ -109,6 +110,8 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
                 with lane:
                     prove_synthesized(backends[i], keys[i], synthesis)
                 done[i] += 1
+        finally:
+            lane.close()
 
     t = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus) for _ in range(lanes)]

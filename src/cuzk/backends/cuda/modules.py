@@ -48,8 +48,21 @@ def _inline(name: str, seen: set[str]) -> str:
     return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
 
 
+_sources: dict[tuple[str, str], str] = {}
+
+
 def module_source(curve: Curve, kind: str) -> str:
-    """Full source of module ``kind`` ("ntt", "synth", "msm_g1", "msm_g2") for ``curve``."""
+    """Full source of module ``kind`` ("ntt", "synth", "msm_g1", "msm_g2") for ``curve``, built once per process
+    (kernels are launched by the thousand per second: re-reading and re-inlining the files each time cost more
+    host time than the launches themselves)."""
+    key = (curve.name, kind)
+    source = _sources.get(key)
+    if source is None:
+        source = _sources[key] = _build_module_source(curve, kind)
+    return source
+
+
+def _build_module_source(curve: Curve, kind: str) -> str:
     if kind in ("ntt", "synth"):
         file, prelude = f"{kind}.cu", ntt_prelude(curve)
     elif kind in ("msm_g1", "msm_g2"):
@@ -99,7 +112,18 @@ def prebuild(source: str, directory: Path, arch: str = "sm_90", nvcc: str = "nvc
     return target
 
 
-class CupyRuntime:
+class _Modules:
+    """A runtime's modules by (curve, kind), so a launch's lookup is a dict hit, not a hash of the whole source."""
+
+    def module(self, curve: Curve, kind: str):
+        key = (curve.name, kind)
+        mod = self._by_kind.get(key)
+        if mod is None:
+            mod = self._by_kind[key] = self.compile(module_source(curve, kind))
+        return mod
+
+
+class CupyRuntime(_Modules):
     """Kernels compiled by NVRTC through CuPy (cached on disk by CuPy), arrays in device memory."""
 
     name = "cuda"
@@ -111,6 +135,8 @@ class CupyRuntime:
         self.device_id = device
         self.device = cupy.cuda.Device(device)
         self._modules: dict[str, object] = {}
+        self._by_kind: dict[tuple[str, str], object] = {}
+        self._functions: dict[tuple[int, str], object] = {}  # (id of a kept module, kernel) → its function
         self._lock = threading.Lock()
         self._prebuilt = os.environ.get(PREBUILT_ENV)
         with self.device:
@@ -183,9 +209,6 @@ class CupyRuntime:
             return int(kind) == 1  # cudaMemoryTypeHost
         return bool(attrs.hostPointer)  # versions without it: only registered host memory has a host pointer
 
-    def module(self, curve: Curve, kind: str):
-        return self.compile(module_source(curve, kind))
-
     def compile(self, source: str):
         digest = source_digest(source)
         with self._lock:
@@ -202,7 +225,9 @@ class CupyRuntime:
             return mod
 
     def launch(self, module, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
-        fn = module.get_function(kernel)
+        fn = self._functions.get((id(module), kernel))
+        if fn is None:
+            fn = self._functions[(id(module), kernel)] = module.get_function(kernel)
         if shared_bytes > 48 * 1024 and fn.max_dynamic_shared_size_bytes < shared_bytes:
             fn.max_dynamic_shared_size_bytes = shared_bytes
         with self.device:
@@ -252,7 +277,7 @@ def _cache_dir() -> Path:
     return path
 
 
-class HostRuntime:
+class HostRuntime(_Modules):
     """The kernels built for the host CPU and run serially: CI's stand-in for a GPU."""
 
     name = "cuda-host-emulation"
@@ -267,10 +292,8 @@ class HostRuntime:
         if self._compiler is None:
             raise CudaBackendError("no host C++ compiler (g++/clang++) for the CUDA host emulation")
         self._modules: dict[str, ctypes.CDLL] = {}
+        self._by_kind: dict[tuple[str, str], ctypes.CDLL] = {}
         self._lock = threading.Lock()
-
-    def module(self, curve: Curve, kind: str) -> ctypes.CDLL:
-        return self.compile(module_source(curve, kind))
 
     def compile(self, source: str) -> ctypes.CDLL:
         digest = source_digest(source)
