@@ -201,12 +201,15 @@ def main(argv=None) -> int:
     ap.add_argument("--lanes", type=int, default=1, help="devices-only run: proving threads (lanes) per device (default 1)")
     ap.add_argument("--verify", action="store_true", help="engine run: self-verify every proof, as the daemon does")
     ap.add_argument("--profile", action="store_true", help="engine run: report the host's CPU time by thread and function (yappi)")
+    ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the runs (seconds; Python's default 0.005)")
     ap.add_argument("--skip-residency", action="store_true", help="skip the residency measurement")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
     ap.add_argument("--skip-engine", action="store_true", help="only the residency and devices-only measurements")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = ap.parse_args(argv)
 
+    if args.switch_interval is not None:
+        sys.setswitchinterval(args.switch_interval)
     available = cupy_device_count()
     counts = [int(g) for g in args.gpus.split(",")]
     if available < 1:
@@ -217,7 +220,7 @@ def main(argv=None) -> int:
     if skipped:
         print(f"only {available} GPU(s) visible: skipping runs with {skipped}", flush=True)
     zkey, wtns = circuit(args.dir, args.log_n)
-    out: dict = {"log_n": args.log_n, "gpus_visible": available}
+    out: dict = {"log_n": args.log_n, "gpus_visible": available, "switch_interval_s": sys.getswitchinterval()}
 
     if not args.skip_residency:
         out["residency"] = residency_gain(zkey, wtns)
