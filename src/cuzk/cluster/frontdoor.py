@@ -28,9 +28,11 @@ node, so they outlive a front door and are found again by the next one.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,7 @@ class ClusterEngine:
         self._hosts: dict[str, Host] = {}  # host name → host
         self._placed: dict[str, str] = {}  # job id → the host running it
         self._witnesses: dict[str, ray.ObjectRef] = {}  # job id → its witness in Ray's object store
+        self._dispatch_s: dict[str, float] = {}  # job id → seconds its last send took (witness put, host journaled it)
         self._lock = threading.Lock()  # _hosts, _placed, _witnesses
         self._changed = threading.Condition()  # a host's view changed: a waiting job may fit now
         self._version = 0
@@ -190,7 +193,7 @@ class ClusterEngine:
             if node_id in known:
                 continue
             actor = ray.remote(HostEngine).options(
-                name=f"cuzk-host-{node_id}", namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                name=self._actor_name(node_id), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
                 max_concurrency=ACTOR_THREADS, max_restarts=0, num_cpus=0,
                 num_gpus=node["Resources"].get("GPU", 0), scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             ).remote(node_id, str(self.data_dir), self.engine_settings)
@@ -211,6 +214,10 @@ class ClusterEngine:
                 self._hosts[view.name] = Host(node_id, actor, view)
             log.info("host %s joined (%d pipeline slots)", view.name, view.slots)
             self._changed_views()
+
+    def _actor_name(self, node_id: str) -> str:
+        """Per node and per front door data directory: a restarted front door finds its hosts, another one makes its own."""
+        return f"cuzk-host-{node_id}-{hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:12]}"
 
     def _key_path(self, name: str) -> Path:
         return Path(self.journal.saved_keys()[name][0])
@@ -235,9 +242,10 @@ class ClusterEngine:
     def _refresh(self) -> None:
         """Every host's view again (memory freed by idle keys, jobs that ended) and hosts on nodes that joined."""
         self._discover_hosts()
-        for host in list(self._hosts.values()):
+        hosts = self.hosts()
+        for host, ref in [(h, h.actor.view.remote()) for h in hosts]:  # asked all at once: one round trip, not one per host
             try:
-                self._set_view(host, ray.get(host.actor.view.remote(), timeout=CALL_TIMEOUT_S))
+                self._set_view(host, ray.get(ref, timeout=CALL_TIMEOUT_S))
             except RayActorError as exc:
                 self._host_lost(host, str(exc).splitlines()[0])
             except GetTimeoutError:
@@ -349,7 +357,7 @@ class ClusterEngine:
                 seen = self._version
             decision = route(job.circuit, [h.view for h in self.hosts()])
             if isinstance(decision, NoHost):
-                self._forget_witness(job)
+                self._forget(job)
                 self.tracker.finish(job, JobState.FAILED, error=decision.message(job.circuit))
             elif isinstance(decision, Wait):
                 self._enqueue(job)  # keeps its place: the most urgent job is the one that waits
@@ -372,10 +380,12 @@ class ClusterEngine:
                 self._witnesses[job.id] = ref
         return ref
 
-    def _forget_witness(self, job: LiveJob) -> None:
+    def _forget(self, job: LiveJob) -> float | None:
+        """Drop what the front door keeps for a job while it runs (its witness object, its host); its last send's seconds."""
         with self._lock:
             self._witnesses.pop(job.id, None)
             self._placed.pop(job.id, None)
+            return self._dispatch_s.pop(job.id, None)
 
     def _send(self, job: LiveJob, decision: Route) -> None:
         with self._lock:
@@ -383,6 +393,7 @@ class ClusterEngine:
         if host is None:  # lost since its view was read
             self._enqueue(job)
             return
+        started = time.perf_counter()
         try:
             ref = self._witness(job)
             view = ray.get(host.actor.submit.remote(job.id, job.circuit, ref, int(job.priority)), timeout=CALL_TIMEOUT_S)
@@ -393,6 +404,8 @@ class ClusterEngine:
         except RayTaskError as exc:
             self._fail_from_host(job, host, exc)
             return
+        with self._lock:
+            self._dispatch_s[job.id] = time.perf_counter() - started
         self._set_view(host, view)
         self._await_on(job, host)
 
@@ -426,14 +439,16 @@ class ClusterEngine:
         self._set_view(host, view)
         if self._stopping:
             return
-        self._forget_witness(job)
+        dispatch = self._forget(job)
+        # The front door's own phases (the wait for a host with room, the send), then the host's.
+        door = {"door_wait": max(0.0, record.submitted_at - job.submitted_at - dispatch), "dispatch": dispatch} if dispatch else {}
         self.tracker.finish(job, record.state, proof=record.proof, public_signals=record.public_signals, error=record.error,
-                            timings=record.timings)
+                            timings={**door, **record.timings})
 
     def _fail_from_host(self, job: LiveJob, host: Host, exc: RayTaskError) -> None:
         """A host refused or failed the job: its own message for the request's errors, an internal error otherwise."""
         cause = exc.cause
-        self._forget_witness(job)
+        self._forget(job)
         if isinstance(cause, REQUEST_ERRORS):
             error = str(cause)
         else:
@@ -448,12 +463,12 @@ class ClusterEngine:
         if job.done.is_set() or self._stopping:
             return
         if job.cancel_requested.is_set():
-            self._forget_witness(job)
+            self._forget(job)
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled (its host was lost)")
             return
         attempts = self.journal.get(job.id).attempts
         if attempts >= self.config.max_attempts:
-            self._forget_witness(job)
+            self._forget(job)
             self.tracker.finish(job, JobState.FAILED, error=(
                 f"abandoned: the hosts running this job were lost {attempts} times; not retried again "
                 f"(max_attempts = {self.config.max_attempts})"))
@@ -475,7 +490,7 @@ class ClusterEngine:
             return False
         job.cancel_requested.set()
         if self._pending.remove(job_id) is not None:
-            self._forget_witness(job)
+            self._forget(job)
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled while waiting at the front door")
             return True
         with self._lock:
