@@ -27,8 +27,11 @@ from conftest import snarkjs_verify, wait_for
 from test_daemon import Circuit, corpus_circuit, synthetic_circuit
 
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the cluster extra (Ray) is not installed")
+from rich.console import Console  # noqa: E402
+
 from cuzk.client import Client, JobFailed  # noqa: E402
 from cuzk.engine.supervisor import read_json  # noqa: E402
+from cuzk.server.commands import render_status  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -138,8 +141,12 @@ def test_mixed_curves_across_the_hosts_every_proof_accepted_by_snarkjs(front_doo
         metrics = client.metrics()
     assert len(status["hosts"]) == 3 and all("error" not in h for h in status["hosts"])
     assert {h["routing"]["slots"] for h in status["hosts"]} == {2}  # CPU engines: one synthesis, one proof each
+    console = Console(record=True, width=240)
+    console.print(*render_status(status, []))  # what `cuzk status` and each frame of `cuzk top` show
+    shown = console.export_text()
     for h in status["hosts"]:
         assert f'cuzk_host_up{{host="{h["host"]}"}} 1.0' in metrics
+        assert h["host"] in shown
 
 
 def test_a_job_no_host_can_ever_hold_fails_naming_each_hosts_reason(front_door, circuits):

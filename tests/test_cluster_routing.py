@@ -51,3 +51,9 @@ def test_when_no_host_can_ever_run_the_job_each_hosts_reason_is_named():
 def test_an_empty_cluster_says_so():
     decision = route("sha", [])
     assert isinstance(decision, NoHost) and "no live host" in decision.message("sha")
+
+
+def test_a_job_sent_takes_room_from_every_circuit_of_its_host_until_the_host_answers():
+    view = host("a", held=1, room={"sha": 2, "toy": 1, "big": 0}).taken()
+    assert view.held == 2 and view.room == {"sha": 1, "toy": 0, "big": 0}
+    assert isinstance(route("toy", [view]), Wait)

@@ -66,7 +66,8 @@ CALL_TIMEOUT_S = 60.0  # a host that does not answer a short call in this long i
 class Host:
     node_id: str
     actor: Any  # the HostEngine actor handle
-    view: HostView
+    view: HostView  # what it said it can take, less what was sent since
+    unconfirmed: int = 0  # jobs sent to it whose submit it has not answered yet
 
 
 class ClusterKeys:
@@ -125,7 +126,9 @@ class ClusterEngine:
         self._hosts: dict[str, Host] = {}  # host name → host
         self._placed: dict[str, str] = {}  # job id → the host running it
         self._witnesses: dict[str, ray.ObjectRef] = {}  # job id → its witness in Ray's object store
-        self._dispatch_s: dict[str, float] = {}  # job id → seconds its last send took (witness put, host journaled it)
+        # job id → the front door's own phases of its last send (seconds): "route" (deciding and sending, the
+        # dispatcher's time) and "dispatch" (sent → the host journaled it)
+        self._door_timings: dict[str, dict[str, float]] = {}
         self._lock = threading.Lock()  # _hosts, _placed, _witnesses
         self._changed = threading.Condition()  # a host's view changed: a waiting job may fit now
         self._version = 0
@@ -231,7 +234,11 @@ class ClusterEngine:
         self._changed_views()
 
     def _set_view(self, host: Host, view: HostView) -> None:
-        host.view = view
+        """A host's own view, less the jobs sent to it that it has not confirmed yet (it may not count them)."""
+        with self._lock:
+            for _ in range(host.unconfirmed):
+                view = view.taken()
+            host.view = view
         self._changed_views()
 
     def _changed_views(self) -> None:
@@ -355,6 +362,7 @@ class ClusterEngine:
                 continue
             with self._changed:
                 seen = self._version
+            started = time.perf_counter()
             decision = route(job.circuit, [h.view for h in self.hosts()])
             if isinstance(decision, NoHost):
                 self._forget(job)
@@ -368,7 +376,7 @@ class ClusterEngine:
                 if not changed:
                     self._refresh()
             else:
-                self._send(job, decision)
+                self._send(job, decision, started)
 
     def _witness(self, job: LiveJob) -> ray.ObjectRef:
         """The job's witness in Ray's object store: put there once, from the journal's file, whichever host runs it."""
@@ -380,41 +388,46 @@ class ClusterEngine:
                 self._witnesses[job.id] = ref
         return ref
 
-    def _forget(self, job: LiveJob) -> float | None:
-        """Drop what the front door keeps for a job while it runs (its witness object, its host); its last send's seconds."""
+    def _forget(self, job: LiveJob) -> dict[str, float]:
+        """Drop what the front door keeps for a job while it runs (its witness object, its host); its own timings."""
         with self._lock:
             self._witnesses.pop(job.id, None)
             self._placed.pop(job.id, None)
-            return self._dispatch_s.pop(job.id, None)
+            return self._door_timings.pop(job.id, {})
 
-    def _send(self, job: LiveJob, decision: Route) -> None:
+    def _send(self, job: LiveJob, decision: Route, started: float) -> None:
+        """Send without waiting for the host: its view is taken down by the job at once (``HostView.taken``) and stays
+        so until the host confirms, so the next decision never counts room this job took; ``await_job`` runs on the
+        host after the submit (it takes the submit's answer as its argument)."""
         with self._lock:
             host = self._hosts.get(decision.host)
-        if host is None:  # lost since its view was read
-            self._enqueue(job)
-            return
-        started = time.perf_counter()
-        try:
-            ref = self._witness(job)
-            view = ray.get(host.actor.submit.remote(job.id, job.circuit, ref, int(job.priority)), timeout=CALL_TIMEOUT_S)
-        except (RayActorError, GetTimeoutError) as exc:
-            self._host_lost(host, str(exc).splitlines()[0])
-            self._requeue(job)
-            return
-        except RayTaskError as exc:
-            self._fail_from_host(job, host, exc)
-            return
+            if host is None:  # lost since its view was read
+                self._enqueue(job)
+                return
+            host.unconfirmed += 1
+            host.view = host.view.taken()
+        submitted = host.actor.submit.remote(job.id, job.circuit, self._witness(job), int(job.priority))
+        sent = time.perf_counter()
+        self._await_on(job, host, submitted)
         with self._lock:
-            self._dispatch_s[job.id] = time.perf_counter() - started
-        self._set_view(host, view)
-        self._await_on(job, host)
+            self._door_timings[job.id] = {"route": time.perf_counter() - started}
+        submitted.future().add_done_callback(lambda f: self._on_submitted(job, host, f, sent))
 
-    def _await_on(self, job: LiveJob, host: Host) -> None:
+    def _on_submitted(self, job: LiveJob, host: Host, future, sent: float) -> None:
+        """The host journaled the job (or refused it, or died: ``await_job``'s answer says so and is acted on)."""
+        with self._lock:
+            host.unconfirmed -= 1
+            if future.exception() is None:
+                self._door_timings.setdefault(job.id, {})["dispatch"] = time.perf_counter() - sent
+        if future.exception() is None:
+            self._set_view(host, future.result())
+
+    def _await_on(self, job: LiveJob, host: Host, submitted: ray.ObjectRef | None = None) -> None:
         """The job runs on ``host``: journaled as started there, finished by the answer of ``await_job``."""
         with self._lock:
             self._placed[job.id] = host.view.name
         self.tracker.start(job, host.view.name)
-        future = host.actor.await_job.remote(job.id).future()
+        future = host.actor.await_job.remote(job.id, submitted).future()
         future.add_done_callback(lambda f: self._on_answer(job, host, f))
         if job.cancel_requested.is_set():  # cancelled while it was being sent
             host.actor.cancel.remote(job.id)
@@ -439,9 +452,9 @@ class ClusterEngine:
         self._set_view(host, view)
         if self._stopping:
             return
-        dispatch = self._forget(job)
-        # The front door's own phases (the wait for a host with room, the send), then the host's.
-        door = {"door_wait": max(0.0, record.submitted_at - job.submitted_at - dispatch), "dispatch": dispatch} if dispatch else {}
+        door = self._forget(job)
+        if "dispatch" in door:  # the front door's own phases first (with the wait for a host with room), then the host's
+            door = {"door_wait": max(0.0, record.submitted_at - job.submitted_at - door["route"] - door["dispatch"]), **door}
         self.tracker.finish(job, record.state, proof=record.proof, public_signals=record.public_signals, error=record.error,
                             timings={**door, **record.timings})
 

@@ -86,8 +86,11 @@ class HostEngine:
         self._jobs[request_id] = self.engine.submit(circuit, memoryview(witness), Priority(priority), request_id)
         return self.view()
 
-    def await_job(self, request_id: str) -> tuple[JobRecord, HostView]:
-        """The finished record of a job submitted here; ``EngineStopped`` when this engine stops first."""
+    def await_job(self, request_id: str, submitted: HostView | None = None) -> tuple[JobRecord, HostView]:
+        """The finished record of a job submitted here; ``EngineStopped`` when this engine stops first.
+
+        ``submitted``: the answer of this job's ``submit``, passed as its Ray object so that Ray runs this call after
+        it (a threaded actor runs calls in any order); a refused submit fails this call with the same error."""
         record = self.engine.await_result(self._job_id(request_id))
         return record, self.view()
 

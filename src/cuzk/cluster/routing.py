@@ -12,7 +12,7 @@ host's reason.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,12 @@ class HostView:
     @property
     def load(self) -> float:
         return self.held / max(1, self.slots)
+
+    def taken(self) -> HostView:
+        """This view once one more job is sent to the host: one more held, and one
+        less room for every circuit, since the job takes a pipeline slot and memory they share — never more room
+        than the host would say, so a job sent before the host answers cannot over-commit it."""
+        return replace(self, held=self.held + 1, room={c: max(0, n - 1) for c, n in self.room.items()})
 
 
 @dataclass(frozen=True)
