@@ -139,7 +139,10 @@ class ClusterEngine:
         for name, path in (keys or {}).items():
             saved[name] = (path, (r1cs or {}).get(name))
         for name, (path, r1cs_path) in saved.items():
-            self.register_key(name, path, r1cs_path)
+            try:
+                self.register_key(name, path, r1cs_path)
+            except (ValueError, OSError) as exc:  # a key that went away must not stop the front door
+                log.error("key %r not registered: %s", name, exc)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> ClusterEngine:
@@ -216,7 +219,21 @@ class ClusterEngine:
             with self._lock:
                 self._hosts[view.name] = Host(node_id, actor, view)
             log.info("host %s joined (%d pipeline slots)", view.name, view.slots)
+            if self._dispatcher is not None:
+                self._cancel_orphans(self._hosts[view.name])
             self._changed_views()
+
+    def _cancel_orphans(self, host: Host) -> None:
+        """A host that joins after the replay (its actor made again on a live node) replays its own journal: the jobs
+        in it already went back to the queue when it was lost, so its copies are cancelled rather than run twice."""
+        try:
+            held = ray.get(host.actor.held.remote(), timeout=CALL_TIMEOUT_S)
+        except (RayActorError, GetTimeoutError):
+            return
+        with self._lock:
+            orphans = [r for r, state in held.items() if JobState(state) in UNFINISHED_STATES and self._placed.get(r) != host.view.name]
+        for request_id in orphans:
+            host.actor.cancel.remote(request_id)
 
     def _actor_name(self, node_id: str) -> str:
         """Per node and per front door data directory: a restarted front door finds its hosts, another one makes its own."""
