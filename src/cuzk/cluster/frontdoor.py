@@ -129,7 +129,7 @@ class ClusterEngine:
         # job id → the front door's own phases of its last send (seconds): "route" (deciding and sending, the
         # dispatcher's time) and "dispatch" (sent → the host journaled it)
         self._door_timings: dict[str, dict[str, float]] = {}
-        self._lock = threading.Lock()  # _hosts, _placed, _witnesses
+        self._lock = threading.Lock()  # the tables above, and each host's view and unconfirmed count
         self._changed = threading.Condition()  # a host's view changed: a waiting job may fit now
         self._version = 0
         self._pending: Scheduler[LiveJob] = Scheduler()
@@ -170,8 +170,7 @@ class ClusterEngine:
             job.interrupted = True
             self.tracker.interrupt(job)
         if stop_hosts:
-            hosts = list(self._hosts.values())
-            for host, ref in [(h, h.actor.stop.remote()) for h in hosts]:
+            for host, ref in [(h, h.actor.stop.remote()) for h in self.hosts()]:
                 try:
                     ray.get(ref, timeout=timeout)
                 except (RayActorError, GetTimeoutError):
@@ -191,8 +190,9 @@ class ClusterEngine:
     def _discover_hosts(self) -> None:
         """A host engine on every live Ray node without one (GPUs where the node has some); forget dead nodes."""
         nodes = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
-        known = {h.node_id for h in self._hosts.values()}
-        for host in [h for h in self._hosts.values() if h.node_id not in nodes]:
+        hosts = self.hosts()
+        known = {h.node_id for h in hosts}
+        for host in [h for h in hosts if h.node_id not in nodes]:
             self._host_lost(host, "its Ray node is gone")
         starting = []
         for node_id, node in nodes.items():
@@ -216,11 +216,12 @@ class ClusterEngine:
             except (RayActorError, RayTaskError, GetTimeoutError) as exc:
                 log.error("no cuzk host engine on node %s: %s", node_id[:8], exc)
                 continue
+            host = Host(node_id, actor, view)
             with self._lock:
-                self._hosts[view.name] = Host(node_id, actor, view)
+                self._hosts[view.name] = host
             log.info("host %s joined (%d pipeline slots)", view.name, view.slots)
             if self._dispatcher is not None:
-                self._cancel_orphans(self._hosts[view.name])
+                self._cancel_orphans(host)
             self._changed_views()
 
     def _cancel_orphans(self, host: Host) -> None:

@@ -36,6 +36,8 @@ The API, all thread-safe:
   satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
 - ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
+- ``room(circuit) -> (jobs, reason)`` — how many more jobs of ``circuit`` could start now beside those held, or
+  admission's reason why none ever can (what ``cuzk.cluster`` routes by).
 - ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
   measures one itself when a job runs alone); later reservations for it use the larger.
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
