@@ -29,6 +29,7 @@ from test_daemon import Circuit, corpus_circuit, synthetic_circuit
 ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the cluster extra (Ray) is not installed")
 from rich.console import Console  # noqa: E402
 
+from cuzk.cli import main as cli_main  # noqa: E402
 from cuzk.client import Client, JobFailed  # noqa: E402
 from cuzk.engine.supervisor import read_json  # noqa: E402
 from cuzk.server.commands import render_status  # noqa: E402
@@ -139,6 +140,10 @@ def test_mixed_curves_across_the_hosts_every_proof_accepted_by_snarkjs(front_doo
         for job_id, circuit in jobs:
             check_with_snarkjs(client.await_proof(job_id, timeout=600), circuit, tmp_path)
         metrics = client.metrics()
+    bls = circuits["bls12-381"]  # the command line, unchanged, against the front door
+    assert cli_main(["prove", "--daemon", f"unix:{front_door.socket}", bls.name, str(bls.witness),
+                     str(tmp_path / "cli-proof.json"), str(tmp_path / "cli-public.json")]) == 0
+    assert snarkjs_verify(bls.vkey, tmp_path / "cli-public.json", tmp_path / "cli-proof.json")
     assert len(status["hosts"]) == 3 and all("error" not in h for h in status["hosts"])
     assert {h["routing"]["slots"] for h in status["hosts"]} == {2}  # CPU engines: one synthesis, one proof each
     console = Console(record=True, width=240)
@@ -169,6 +174,7 @@ def test_front_door_killed_and_restarted_loses_nothing(front_door, circuits, tmp
         jobs = [(client.submit(c.name, c.witness)[0], c) for c in mix]
     front_door.kill()  # some jobs on hosts, some waiting at the front door, maybe some done
     front_door.start()
+    assert "unfinished job(s) from the journal" in front_door.log.read_text()  # the restart had work to replay
     with front_door.client() as client:
         for job_id, circuit in jobs:
             check_with_snarkjs(client.await_proof(job_id, timeout=600), circuit, tmp_path)
