@@ -31,7 +31,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except ImportError:
         print("error: cuzk cluster needs Ray: pip install 'cuzk[cluster]'", file=sys.stderr)
         return 2
-    from .frontdoor import NAMESPACE, ClusterEngine
+    from .frontdoor import ClusterEngine
+    from .hosts import NAMESPACE
 
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     stop = threading.Event()
