@@ -224,13 +224,17 @@ class ClusterEngine:
             log.info("replaying %d unfinished job(s) from the journal", len(records))
 
     def _dispatch_loop(self) -> None:
+        """Route the most urgent job; every ``refresh_s``, busy or idle, look for nodes that came or went first."""
+        refreshed = time.monotonic()
         while True:
+            if time.monotonic() - refreshed >= self.refresh_s:
+                self._refresh()
+                refreshed = time.monotonic()
             try:
                 popped = self._pending.pop(timeout=self.refresh_s)
             except SchedulerClosed:
                 return
             if popped is None:
-                self._refresh()
                 continue
             job = popped[1]
             if job.cancel_requested.is_set():
@@ -248,10 +252,7 @@ class ClusterEngine:
                 self._enqueue(job)  # keeps its place: the most urgent job is the one that waits
                 with self._changed:
                     if self._version == seen:
-                        self._changed.wait(self.refresh_s)
-                    changed = self._version != seen
-                if not changed:
-                    self._refresh()
+                        self._changed.wait(self.refresh_s)  # nothing changed by then: the loop refreshes
             else:
                 self._send(job, decision, started)
 
