@@ -9,7 +9,9 @@ if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null
 fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+extras=test
+case " $* " in *cluster*) extras=test,cluster ;; esac  # the Ray tests (-m cluster) need Ray
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 | grep -v '^WARNING: Location' || true
 [ -x tests/oracle/node_modules/.bin/snarkjs ] || npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
 # Compile (and cache on disk) the numba kernels once, in one process, before tests start
 # daemons that would otherwise each compile them cold and race for the cache.

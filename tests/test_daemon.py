@@ -60,20 +60,21 @@ def corpus_circuit(name: str) -> Circuit | None:
     return Circuit(name, d / "circuit.zkey", d / "witness.wtns", d / "verification_key.json", load_json(d / "public.json"))
 
 
-def synthetic_circuit(out_dir: Path, n_constraints: int) -> Circuit:
-    """A circuit the project makes itself: synthetic constraints, a test-only key from cuzk's own setup."""
+def synthetic_circuit(out_dir: Path, n_constraints: int, curve: str = "bn254") -> Circuit:
+    """A circuit the project makes itself: synthetic constraints over ``curve``, a test-only key from cuzk's own setup."""
     from cuzk.circuits.synthetic import synthesize, write_synthetic
     from cuzk.curves import curve_by_name
     from cuzk.prover.setup import setup
 
     if not snarkjs_available():
         pytest.skip("snarkjs oracle not installed (it exports the verification key of a generated circuit)")
-    made = synthesize(curve_by_name("bn254"), n_constraints, n_public=2, seed=n_constraints)
+    made = synthesize(curve_by_name(curve), n_constraints, n_public=2, seed=n_constraints)
     r1cs, wtns = write_synthetic(out_dir, made)
     zkey, vkey = out_dir / "circuit.zkey", out_dir / "verification_key.json"
     setup(r1cs, zkey)
     subprocess.run([str(SNARKJS), "zkey", "export", "verificationkey", str(zkey), str(vkey)], check=True, capture_output=True, timeout=300)
-    return Circuit(f"synthetic_{n_constraints}", zkey, wtns, vkey, [str(v) for v in made.public_signals])
+    name = f"synthetic_{n_constraints}" if curve == "bn254" else f"synthetic_{curve.replace('-', '')}_{n_constraints}"
+    return Circuit(name, zkey, wtns, vkey, [str(v) for v in made.public_signals])
 
 
 def circuits_for(out_dir: Path, roles=("small", "medium")) -> dict[str, Circuit]:

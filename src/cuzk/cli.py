@@ -214,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_memory_commands(sub)
     add_daemon_commands(sub)
+    from .cluster.serve import add_cluster_commands
+
+    add_cluster_commands(sub)
     from .bench.command import add_bench_command
 
     add_bench_command(sub)

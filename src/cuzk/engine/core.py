@@ -36,6 +36,8 @@ The API, all thread-safe:
   satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
 - ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
+- ``room(circuit) -> (jobs, reason)`` — how many more jobs of ``circuit`` could start now beside those held, or
+  admission's reason why none ever can (what ``cuzk.cluster`` routes by).
 - ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
   measures one itself when a job runs alone); later reservations for it use the larger.
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
@@ -88,7 +90,6 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import is_device_backend
-from ..formats.wtns import read_wtns
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
@@ -98,12 +99,11 @@ from ..memory.plan import plan_budget
 from ..memory.probe import load_saved_probes
 from ..memory.runtime import RuntimeReservation
 from ..memory.units import format_size
-from ..prover.groth16 import check_inputs
 from ..prover.sizing import WorkingSet
-from .admission import Admission
+from .admission import Admission, JobTooLarge
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
-from .intake import FileIdentity, open_witness_file
+from .intake import FileIdentity, journal_witness
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 from .journal import DataDirLock, Journal
 from .scheduler import SchedulerClosed
@@ -319,6 +319,29 @@ class Engine:
         """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
         return self.admission.record_peak(circuit, nbytes)
 
+    def room(self, circuit: str) -> tuple[int, str | None]:
+        """How many more jobs of ``circuit`` could start now beside the ones this engine holds, or why none ever can.
+
+        What a router in front of several engines asks (``cuzk.cluster``), so it never sends a job to a full engine:
+        the free pipeline slots (synthesis plus proving), and the budget's free bytes (idle keys count as free: they
+        are evicted for room) less the working sets of the held jobs not admitted yet, and the key when it is not
+        resident, in working sets. The reason is admission's own fit check (``JobTooLarge``'s message).
+        """
+        workset = self.admission.working_set(circuit)  # UnknownKeyError for a circuit nobody registered
+        try:
+            self.admission._check_fits(circuit, workset, self.keys.footprint(circuit))
+        except JobTooLarge as exc:
+            return 0, str(exc)
+        held = self.tracker.jobs()
+        slots = self.synth_workers + sum(self.proofs_per_device) - len(held)
+        keys = {k["name"]: k for k in self.keys.status()}
+        free = self.budget.available_bytes + sum(k["reserved_bytes"] for name, k in keys.items()
+                                                 if name != circuit and not k["in_use"] and not k["loading"])
+        free -= sum(self.admission.working_set(job.circuit).total_bytes for job in held if job.grant is None)
+        if keys[circuit]["tier"] == KeyTier.COLD.value:
+            free -= self.keys.footprint(circuit)
+        return max(0, min(slots, free // max(1, workset.total_bytes))), None
+
     # ---- jobs -------------------------------------------------------------------------------
     def submit(self, circuit: str, witness: bytes | bytearray | memoryview | str | os.PathLike,
                priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None, *,
@@ -332,19 +355,9 @@ class Engine:
         """
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
-        priority = Priority.parse(priority)
-        if not isinstance(witness, (bytes, bytearray, memoryview, str, os.PathLike)):
-            raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
         header = self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
-
-        def check(path: Path) -> None:
-            check_inputs(header, read_wtns(path))  # FormatError / ProvingError name what is wrong
-
-        if isinstance(witness, (str, os.PathLike)):
-            with open_witness_file(witness, header, witness_identity) as source:
-                record, created = self.journal.submit(circuit, priority, source, request_id, check=check)
-        else:
-            record, created = self.journal.submit(circuit, priority, bytes(witness), request_id, check=check)
+        record, created = journal_witness(self.journal, circuit, header, witness, Priority.parse(priority), request_id,
+                                          witness_identity)
         if created:
             self._enqueue(LiveJob(record))
         return record.job_id

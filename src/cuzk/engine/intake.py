@@ -1,4 +1,4 @@
-"""Witness files named by path: what the caller saw there, and opening them for the journal's copy.
+"""A witness into the journal: its bytes, or a file named by path (what the caller saw there, opened for the journal's copy).
 
 A local client names its .wtns file instead of sending its bytes (the daemon's unix socket);
 the journal then copies it in the kernel. The file is checked before a byte is copied: a
@@ -14,11 +14,14 @@ import stat
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from ..formats.wtns import wtns_file_size
+from pathlib import Path
+
+from ..formats.wtns import read_wtns, wtns_file_size
 from ..formats.zkey import ZKeyHeader
 from ..memory.units import format_size
-from .jobs import JobError
-from .journal import WitnessFile
+from ..prover.groth16 import check_inputs
+from .jobs import JobError, JobRecord, Priority
+from .journal import Journal, WitnessFile
 
 
 class WitnessFileError(JobError):
@@ -59,3 +62,22 @@ def open_witness_file(path: str | os.PathLike, header: ZKeyHeader, expected: Fil
         yield WitnessFile(fd, st.st_size)
     finally:
         os.close(fd)
+
+
+def journal_witness(journal: Journal, circuit: str, header: ZKeyHeader, witness: bytes | bytearray | memoryview | str | os.PathLike,
+                    priority: Priority, request_id: str | None, identity: FileIdentity | None = None) -> tuple[JobRecord, bool]:
+    """Journal a job whose witness is checked against its key's header first (``Journal.submit``'s (record, created)).
+
+    The one intake of the engine and of the cluster's front door: a witness that cannot belong to the circuit is
+    refused at the door with what is wrong (``FormatError`` / ``ProvingError``), never failed later.
+    """
+    if not isinstance(witness, (bytes, bytearray, memoryview, str, os.PathLike)):
+        raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
+
+    def check(path: Path) -> None:
+        check_inputs(header, read_wtns(path))
+
+    if isinstance(witness, (str, os.PathLike)):
+        with open_witness_file(witness, header, identity) as source:
+            return journal.submit(circuit, priority, source, request_id, check=check)
+    return journal.submit(circuit, priority, bytes(witness), request_id, check=check)

@@ -201,6 +201,9 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
     head.add_row("jobs", "  ".join(f"{s} {n}" for s, n in by_state.items()) or "none")
     out.append(head)
 
+    if status.get("hosts") is not None:
+        out.append(_hosts_table(status["hosts"]))
+
     keys = Table(title="keys", title_justify="left", expand=False)
     for col in ("name", "tier", "curve", "domain", "reserved", "in use", "loads", "VRAM on"):
         keys.add_column(col)
@@ -227,6 +230,25 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
             table.add_row(j.job_id[:12], j.state.lower(), j.priority.lower(), j.circuit, took, j.error[:60])
         out.append(table)
     return out
+
+
+def _hosts_table(hosts: list[dict[str, Any]]):
+    """A cluster front door's hosts: budget, jobs held against pipeline slots, room per key, or why they are down."""
+    from rich.table import Table
+
+    table = Table(title="hosts", title_justify="left")
+    for col in ("host", "budget", "reserved", "jobs", "room", "never"):
+        table.add_column(col)
+    for h in hosts:
+        if "error" in h:
+            table.add_row(h["host"], "-", "-", "-", "-", f"DOWN: {h['error']}"[:60])
+            continue
+        routing = h.get("routing") or {}
+        room = " ".join(f"{k} {n}" for k, n in sorted(routing.get("room", {}).items())) or "-"
+        never = ", ".join(sorted(routing.get("never", {}))) or "-"
+        table.add_row(h["host"], format_size(h["budget"]["total_bytes"]), format_size(h["budget"]["reserved_bytes"]),
+                      f"{routing.get('held', '-')}/{routing.get('slots', '-')}", room, never)
+    return table
 
 
 # -- registration -------------------------------------------------------------------------------

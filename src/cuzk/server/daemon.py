@@ -47,13 +47,25 @@ class StartupError(RuntimeError):
 
 class Daemon:
     def __init__(self, config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False,
-                 budget_over_limit: bool = False):
+                 budget_over_limit: bool = False, engine=None):
         """``budget``: the supervisor's ceiling (configured or learned), else the config's; ``budget_over_limit``
-        trusts the supervisor's ``budget`` over the detected limit (it says so only for an unlearned configured one)."""
-        from ..engine import Engine, EngineConfig
-
+        trusts the supervisor's ``budget`` over the detected limit (it says so only for an unlearned configured one).
+        ``engine``: serve this engine-like object (the cluster's front door, ``cuzk.cluster``) instead of building an
+        ``Engine`` from the config."""
         self.config = config
         self.started_at = time.time()
+        self.engine = engine if engine is not None else self._make_engine(config, budget, heartbeat, budget_over_limit)
+        self.metrics = DaemonMetrics(self.status)
+        self.engine.add_listener(self._on_state)
+        self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
+        self._servers: list[grpc.Server] = []
+        self._http: StatusHttpServer | None = None
+        self._stopped = threading.Event()
+
+    @staticmethod
+    def _make_engine(config: DaemonConfig, budget: int | None, heartbeat: bool, budget_over_limit: bool):
+        from ..engine import Engine, EngineConfig
+
         values: dict[str, Any] = {**config.engine, "heartbeat": heartbeat}
         values["keys"] = {**config.engine.get("keys", {}), **config.keys}
         if budget is not None or config.budget is not None:
@@ -63,13 +75,7 @@ class Daemon:
             engine_config = EngineConfig.from_mapping(config.data_dir, values)
         except (TypeError, ValueError) as exc:
             raise StartupError(f"engine configuration: {exc}") from exc
-        self.engine = Engine(engine_config)
-        self.metrics = DaemonMetrics(self.status)
-        self.engine.add_listener(self._on_state)
-        self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
-        self._servers: list[grpc.Server] = []
-        self._http: StatusHttpServer | None = None
-        self._stopped = threading.Event()
+        return Engine(engine_config)
 
     def _on_state(self, job_id: str, state) -> None:
         if state.terminal:

@@ -94,6 +94,8 @@ class _StatusCollector(Collector):
                 g.add_metric([str(d["device"]), kind], d[key])
         yield g
 
+        yield from _host_metrics(status.get("hosts"))
+
         supervisor = status.get("supervisor") or {}
         c = CounterMetricFamily("cuzk_oom_restarts", "Engine restarts after an OOM kill (kernel OOM counter), since the data directory was made")
         c.add_metric([], supervisor.get("oom_kills", 0))
@@ -105,6 +107,26 @@ class _StatusCollector(Collector):
             g = GaugeMetricFamily("cuzk_learned_budget_bytes", "Memory ceiling learned from OOM kills")
             g.add_metric([], supervisor["learned_budget"])
             yield g
+
+
+def _host_metrics(hosts: list[dict[str, Any]] | None):
+    """A cluster's front door (``cuzk.cluster``): each host's health, jobs and budget, labelled by host."""
+    if hosts is None:
+        return
+    up = GaugeMetricFamily("cuzk_host_up", "1 for each cluster host that answers its front door, else 0", labels=["host"])
+    jobs = GaugeMetricFamily("cuzk_host_jobs", "Each cluster host's unfinished jobs (held) and pipeline slots", labels=["host", "kind"])
+    budget = GaugeMetricFamily("cuzk_host_budget_bytes", "Each cluster host's memory budget: total and reserved",
+                               labels=["host", "kind"])
+    for host in hosts:
+        up.add_metric([host["host"]], 0 if "error" in host else 1)
+        routing = host.get("routing") or {}
+        for kind in ("held", "slots"):
+            if kind in routing:
+                jobs.add_metric([host["host"], kind], routing[kind])
+        for kind in ("total", "reserved"):
+            if "budget" in host:
+                budget.add_metric([host["host"], kind], host["budget"][f"{kind}_bytes"])
+    yield from (up, jobs, budget)
 
 
 class DaemonMetrics:
