@@ -90,6 +90,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _toml(value) -> str:
+    """A TOML value: JSON's spelling for scalars and arrays, an inline table for a dict (``[engine] wasm``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
 class DaemonProcess:
     """`cuzk daemon` in a child process (optionally inside a memory cgroup), stopped with SIGTERM."""
 
@@ -110,7 +117,7 @@ class DaemonProcess:
         lines.append("[keys]")
         lines += [f'{name} = "{path}"' for name, path in keys.items()]
         lines.append("[engine]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in {"backend": "cpu", **(engine or {})}.items()]
+        lines += [f"{k} = {_toml(v)}" for k, v in {"backend": "cpu", **(engine or {})}.items()]
         lines.append("[supervisor]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in {"backoff_initial_s": 0.1, "backoff_max_s": 1.0, **(supervisor or {})}.items()]
         self.config = self.data_dir / "cuzk.toml"

@@ -225,8 +225,8 @@ def test_list_counts_keys_and_peaks(tmp_path):
     assert [r.job_id for r in j.list(circuit="b")] == [b.job_id]
     assert j.counts()["queued"] == 1 and j.counts()["cancelled"] == 1
     j.save_key("a", "/keys/a.zkey")
-    j.save_key("b", "/keys/b.zkey", r1cs="/keys/b.r1cs")
-    assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None), "b": ("/keys/b.zkey", "/keys/b.r1cs")}
+    j.save_key("b", "/keys/b.zkey", r1cs="/keys/b.r1cs", wasm="/keys/b.wasm")
+    assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None, None), "b": ("/keys/b.zkey", "/keys/b.r1cs", "/keys/b.wasm")}
     j.forget_key("a")
     assert list(j.saved_keys()) == ["b"]
     assert j.save_peak("a", 100) == 100 and j.save_peak("a", 50) == 100 and j.save_peak("a", 300) == 300

@@ -115,6 +115,10 @@ class Admission:
         self._peaks[circuit] = stored
         return stored
 
+    def check_fits(self, circuit: str) -> None:
+        """Raise ``JobTooLarge`` when no proof of ``circuit`` could ever be admitted (asked before taking a request)."""
+        self._check_fits(circuit, self.working_set(circuit), self.keys.footprint(circuit))
+
     def admit(self, job: LiveJob) -> Grant:
         """Wait until ``job`` can start, then hand it its key and working set.
 

@@ -31,9 +31,15 @@ The API, all thread-safe:
   waiting for a device, is CANCELLED when this returns; one that a worker holds (waiting
   for memory, synthesizing, proving) stops at its next phase boundary, so its state
   settles to CANCELLED shortly after (await it). False when the job had already finished.
-- ``register_key(name, zkey_path, r1cs_path=None)`` / ``unregister_key(name)`` — remembered
-  in the journal across restarts; with an r1cs every witness is checked for
-  satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
+- ``submit_input(circuit, input_json, priority=NORMAL, request_id=None) -> job_id`` — the
+  circuit's input (input.json text, or the parsed object) for a key registered with its
+  circom .wasm: the witness is calculated on the engine's witness threads (``witness_workers``,
+  so intake is never held by it), then submitted as above. Input that does not fit the
+  circuit, or breaks one of its asserts, raises ``InputError`` (a ``ValueError``) naming the
+  signal or the template.
+- ``register_key(name, zkey_path, r1cs_path=None, wasm_path=None)`` / ``unregister_key(name)`` —
+  remembered in the journal across restarts; with an r1cs every witness is checked for
+  satisfaction before any MSM; with a wasm the key takes input JSON (``submit_input``). ``preload(name, tier=None)``, ``evict(name) -> bytes``.
 - ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
 - ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
@@ -83,12 +89,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..backends.base import is_device_backend
-from ..formats.wtns import read_wtns
+from ..formats.wtns import read_wtns, wtns_bytes
+from ..formats.zkey import read_zkey_header
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
@@ -100,6 +108,7 @@ from ..memory.runtime import RuntimeReservation
 from ..memory.units import format_size
 from ..prover.groth16 import check_inputs
 from ..prover.sizing import WorkingSet
+from ..witness import WitnessCalculator, parse_input_json
 from .admission import Admission
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
@@ -139,6 +148,7 @@ class Engine:
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
+            self._wasm: dict[str, WitnessCalculator] = {}  # key name → its compiled witness generator (input JSON)
             self._register_saved_keys()
         except BaseException:
             self._dir_lock.release()
@@ -153,6 +163,7 @@ class Engine:
         self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
             sum(self.proofs_per_device) + 1 if on_device else 1)
         self._stages = Stages(slots=threading.Semaphore(self.synth_workers))
+        self._witness_pool = ThreadPoolExecutor(config.witness_workers, thread_name_prefix="cuzk-witness")
         self._workers: list[WorkerState] = []
         self._synth_threads: list[threading.Thread] = []
         self._device_threads: list[threading.Thread] = []
@@ -192,10 +203,10 @@ class Engine:
     def _register_saved_keys(self) -> None:
         wanted = dict(self.journal.saved_keys())
         for name, path in self.config.keys.items():
-            wanted[name] = (path, self.config.r1cs.get(name))
-        for name, (path, r1cs) in wanted.items():
+            wanted[name] = (path, self.config.r1cs.get(name), self.config.wasm.get(name))
+        for name, (path, r1cs, wasm) in wanted.items():
             try:
-                self.register_key(name, path, r1cs)
+                self.register_key(name, path, r1cs, wasm)
             except (ValueError, OSError) as exc:
                 # A key that went away must not stop the daemon; its jobs fail with the reason.
                 log.error("key %r not registered: %s", name, exc)
@@ -255,6 +266,7 @@ class Engine:
         jobs = self.tracker.jobs()
         for job in jobs:
             job.interrupted = True
+        self._witness_pool.shutdown(wait=False, cancel_futures=True)
         stages.queued.close()
         for job in stages.ready.close():  # synthesized but never proved: give back what they hold
             job.release()
@@ -288,19 +300,33 @@ class Engine:
         self.stop()
 
     # ---- keys -------------------------------------------------------------------------------
-    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None) -> None:
+    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None,
+                     wasm_path: str | Path | None = None) -> None:
         if r1cs_path is not None and not Path(r1cs_path).is_file():
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
+        calculator = None
+        if wasm_path is not None:
+            calculator = WitnessCalculator(Path(wasm_path).resolve())  # FormatError names the file
+            header = read_zkey_header(zkey_path)
+            if calculator.curve is not header.curve or calculator.witness_size != header.n_vars:
+                raise JobError(f"{calculator.path} makes {calculator.witness_size}-value {calculator.curve.name} witnesses, but key "
+                               f"{name!r} is for {header.n_vars} signals over {header.curve.name}: not this key's circuit")
         self.keys.register(name, zkey_path)
+        if calculator is None:
+            self._wasm.pop(name, None)
+        else:
+            self._wasm[name] = calculator
         if r1cs_path is None:
             self._r1cs.pop(name, None)
         else:
             self._r1cs[name] = str(Path(r1cs_path).resolve())
-        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name))
+        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name),
+                              None if calculator is None else str(calculator.path))
 
     def unregister_key(self, name: str) -> None:
         self.keys.unregister(name)
         self._r1cs.pop(name, None)
+        self._wasm.pop(name, None)
         self.journal.forget_key(name)
 
     def preload(self, name: str, tier: str | KeyTier | None = None) -> str:
@@ -348,6 +374,36 @@ class Engine:
         if created:
             self._enqueue(LiveJob(record))
         return record.job_id
+
+    def check_fits(self, circuit: str) -> None:
+        """Whether a request for ``circuit`` can be taken at all: ``EngineStopped`` while stopping, ``UnknownKeyError``
+        for an unregistered circuit, ``JobTooLarge`` when its proofs could never fit the budget."""
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        self.keys.header(circuit)
+        self.admission.check_fits(circuit)
+
+    def submit_input(self, circuit: str, input_json: str | bytes | Mapping[str, Any],
+                     priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
+        """Calculate the witness of ``circuit``'s input (input.json text or object) with its registered .wasm on a
+        witness thread, then :meth:`submit` it; returns the job id (``InputError`` names what the circuit rejects)."""
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
+        calculator = self._wasm.get(circuit)
+        if calculator is None:
+            raise JobError(f"key {circuit!r} has no witness generator: send a witness, or register the circuit's .wasm "
+                           "with the key ([engine.wasm] in the daemon's config)")
+        doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
+        try:
+            pending = self._witness_pool.submit(calculator.calculate, doc)
+        except RuntimeError:  # stop() shut the pool down since the check above
+            raise EngineStopped("the engine is stopping; submit to the next one") from None
+        try:
+            values = pending.result()
+        except CancelledError:  # stop() cancelled it before it ran
+            raise EngineStopped("the engine is stopping; submit to the next one") from None
+        return self.submit(circuit, wtns_bytes(calculator.curve, values), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         self.tracker.add(job)

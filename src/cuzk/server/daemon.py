@@ -4,7 +4,9 @@
 [--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
 socket (mode 0600, no token: the file's permissions are the access control) and, when
 configured, TCP addresses that demand the bearer token — over TLS when ``tls_cert`` and
-``tls_key`` are configured (recommended: otherwise the token crosses the network in clear). Once everything listens,
+``tls_key`` are configured (recommended: otherwise the token crosses the network in clear); the
+HTTP listener (metrics, status, and ``POST /v1/prove/{key}`` behind the same token) serves
+HTTPS with the same certificate then. Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
 """
@@ -15,6 +17,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -30,6 +33,7 @@ from ..config import ConfigError, DaemonConfig
 from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
 from .auth import BearerTokenInterceptor
 from .http import StatusHttpServer
+from .http_prove import HttpProver
 from .metrics import DaemonMetrics
 from ..proto import cuzk_pb2_grpc as pb_grpc
 from .service import CuzkService
@@ -142,7 +146,8 @@ class Daemon:
             self._servers.append(server)
         if self.config.http:
             try:
-                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
+                prover = HttpProver(self.engine, self.config.token, self.config.max_request)
+                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status, prover, self._tls_context()).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
 
@@ -154,6 +159,17 @@ class Daemon:
         except OSError as exc:
             raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
         return grpc.ssl_server_credentials([(key, chain)])
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The HTTP listener's TLS, from the same certificate and key as the TCP gRPC listeners."""
+        if self.config.tls_cert is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.config.tls_cert, self.config.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"cannot load the TLS certificate or key for HTTP: {exc}") from exc
+        return context
 
     def stop(self) -> None:
         """Stop taking calls, stop the engine (work in flight stays journaled for the next one)."""
