@@ -242,3 +242,18 @@ def test_data_dir_lock_is_exclusive_and_released(tmp_path):
     second = DataDirLock(tmp_path)
     second.acquire()
     second.release()
+
+
+def test_a_journal_from_before_wasm_keys_keeps_its_keys(tmp_path):
+    """An existing journal's keys table (no wasm column) gains the column; its keys read back without a .wasm."""
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "journal.sqlite3")
+    db.execute("CREATE TABLE keys (name TEXT PRIMARY KEY, path TEXT NOT NULL, r1cs TEXT)")
+    db.execute("INSERT INTO keys VALUES ('old', '/keys/old.zkey', '/keys/old.r1cs')")
+    db.commit()
+    db.close()
+    j = Journal(tmp_path)
+    assert j.saved_keys() == {"old": ("/keys/old.zkey", "/keys/old.r1cs", None)}
+    j.save_key("old", "/keys/old.zkey", wasm="/keys/old.wasm")
+    assert Journal(tmp_path).saved_keys()["old"][2] == "/keys/old.wasm"

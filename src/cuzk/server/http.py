@@ -24,6 +24,14 @@ from .http_prove import PROVE_PREFIX, Answer, HttpProver, error
 log = logging.getLogger("cuzk.http")
 
 
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that breaks off (or speaks plain HTTP to the TLS port) is its own business: one debug line, no traceback."""
+        log.debug("HTTP connection from %s ended badly", client_address, exc_info=True)
+
+
 class StatusHttpServer:
     """Serve ``/metrics``, ``/status``, ``/healthz`` and, given a prover, ``POST /v1/prove/{key}`` on ``host:port``
     (port 0 picks a free one)."""
@@ -81,10 +89,9 @@ class StatusHttpServer:
         self.metrics_text = metrics_text
         self.status = status
         self.prover = prover
-        self._server = ThreadingHTTPServer((host, int(port)), Handler)
+        self._server = _QuietServer((host, int(port)), Handler)
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
-        self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="cuzk-http", daemon=True)
 
     @property
