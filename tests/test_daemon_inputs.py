@@ -12,6 +12,7 @@ import pytest
 from conftest import load_json, snarkjs_verify
 from cuzk.client import DaemonError
 from cuzk.engine import Engine, EngineConfig
+from cuzk.engine.admission import JobTooLarge
 from cuzk.formats.wtns import wtns_bytes
 from cuzk.memory.budget import MemoryBudget
 from cuzk.server.http_prove import HttpProver
@@ -175,5 +176,24 @@ def test_engine_input_errors_are_input_errors(checks_key, tmp_path):
         with pytest.raises(InputError, match="line: 15"):
             engine.submit_input("checks", REJECTED["circom assert"][0])
         assert engine.list_jobs() == []
+    finally:
+        engine.stop()
+
+
+def test_the_witness_calculation_holds_a_reservation_while_it_runs(checks_key, tmp_path):
+    calculator = WitnessCalculator(CHECKS_WASM)
+    small = Engine(EngineConfig(data_dir=tmp_path / "small", backend="cpu", reconcile=False),
+                   budget=MemoryBudget(calculator.calculation_bytes - 1))
+    small.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    try:
+        with pytest.raises(JobTooLarge, match="calculating a witness of 'checks'.*never run here"):
+            small.submit_input("checks", GOOD)
+    finally:
+        small.stop()
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    engine.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    try:
+        engine.submit_input("checks", GOOD)  # not started: the job stays queued, the calculation is over
+        assert engine.budget.snapshot()["by_category"]["transient"]["bytes"] == 0
     finally:
         engine.stop()

@@ -34,7 +34,8 @@ The API, all thread-safe:
 - ``submit_input(circuit, input_json, priority=NORMAL, request_id=None) -> job_id`` — the
   circuit's input (input.json text, or the parsed object) for a key registered with its
   circom .wasm: the witness is calculated on the engine's witness threads (``witness_workers``,
-  so intake is never held by it), then submitted as above. Input that does not fit the
+  so intake is never held by it), its instance's memory and the witness reserved in the
+  budget while it runs, then submitted as above. Input that does not fit the
   circuit, or breaks one of its asserts, raises ``InputError`` (a ``ValueError``) naming the
   signal or the template.
 - ``register_key(name, zkey_path, r1cs_path=None, wasm_path=None)`` / ``unregister_key(name)`` —
@@ -99,7 +100,7 @@ from ..formats.wtns import read_wtns, wtns_bytes
 from ..formats.zkey import read_zkey_header
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
-from ..memory.budget import MemoryBudget
+from ..memory.budget import BudgetExceededError, MemoryBudget
 from ..memory.limits import read_limits
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
@@ -109,7 +110,7 @@ from ..memory.units import format_size
 from ..prover.groth16 import check_inputs
 from ..prover.sizing import WorkingSet
 from ..witness import WitnessCalculator, parse_input_json
-from .admission import Admission
+from .admission import Admission, JobTooLarge
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
 from .intake import FileIdentity, open_witness_file
@@ -396,14 +397,19 @@ class Engine:
                            "with the key ([engine.wasm] in the daemon's config)")
         doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
         try:
-            pending = self._witness_pool.submit(calculator.calculate, doc)
-        except RuntimeError:  # stop() shut the pool down since the check above
-            raise EngineStopped("the engine is stopping; submit to the next one") from None
-        try:
-            values = pending.result()
-        except CancelledError:  # stop() cancelled it before it ran
-            raise EngineStopped("the engine is stopping; submit to the next one") from None
-        return self.submit(circuit, wtns_bytes(calculator.curve, values), priority, request_id)
+            reservation = self.budget.acquire(calculator.calculation_bytes, "transient", label=f"witness ({circuit})")
+        except BudgetExceededError as exc:
+            raise JobTooLarge(f"calculating a witness of {circuit!r}: {exc}; it can never run here") from None
+        with reservation:
+            try:
+                pending = self._witness_pool.submit(lambda: wtns_bytes(calculator.curve, calculator.calculate(doc)))
+            except RuntimeError:  # stop() shut the pool down since the check above
+                raise EngineStopped("the engine is stopping; submit to the next one") from None
+            try:
+                witness = pending.result()
+            except CancelledError:  # stop() cancelled it before it ran
+                raise EngineStopped("the engine is stopping; submit to the next one") from None
+            return self.submit(circuit, witness, priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         self.tracker.add(job)

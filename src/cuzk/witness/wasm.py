@@ -77,6 +77,9 @@ class WitnessCalculator:
             raise FormatError(self.path, f"{self.n32} words per field element, but {self.curve.name}'s take {self.curve.Fr.limbs32}")
         self.witness_size = run.call("getWitnessSize")
         self.input_size = run.call("getInputSize")
+        # What one calculation holds on the host: the instance's linear memory (circom sizes it when it compiles the
+        # circuit) and the witness twice over (the array, then the .wtns bytes made from it).
+        self.calculation_bytes = run.memory.data_len(run.store) + 2 * self.witness_size * 4 * self.n32
 
     def calculate(self, inputs: Mapping[str, Any]) -> np.ndarray:
         """The witness for an input object (parsed input.json): an (n, limbs) uint32 array, standard form.
