@@ -13,8 +13,13 @@ def bearer_matches(authorization: str | bytes, token: str) -> bool:
     return hmac.compare_digest(given, f"Bearer {token}".encode())
 
 
+# The standard health checks answer without a token: load balancers and orchestrators probe them, and they tell
+# nothing but whether the daemon serves.
+OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"})
+
+
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Refuse every call whose ``authorization`` metadata is not ``Bearer <token>``."""
+    """Refuse every call (but the health checks) whose ``authorization`` metadata is not ``Bearer <token>``."""
 
     def __init__(self, token: str):
         self._token = token
@@ -25,6 +30,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
     def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method in OPEN_METHODS:
+            return continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":
                 if bearer_matches(value, self._token):

@@ -27,18 +27,24 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
 from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
+from ..proto import cuzk_pb2 as pb
+from ..proto import cuzk_pb2_grpc as pb_grpc
 from .auth import BearerTokenInterceptor
 from .http import StatusHttpServer
 from .http_prove import HttpProver
 from .metrics import DaemonMetrics
-from ..proto import cuzk_pb2_grpc as pb_grpc
 from .service import CuzkService
 
 log = logging.getLogger("cuzk.daemon")
+
+CUZK_SERVICE = pb.DESCRIPTOR.services_by_name["Cuzk"].full_name
+SERVICE_NAMES = (CUZK_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)  # what reflection lists
 
 DAEMON_FILE = Path("run") / "daemon.json"
 GRPC_THREADS = 64
@@ -72,6 +78,8 @@ class Daemon:
         self.engine.add_listener(self._on_state)
         self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
         self._servers: list[grpc.Server] = []
+        self._health = health.HealthServicer()  # grpc.health.v1 on every listener: NOT_SERVING until the engine runs
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
 
@@ -104,6 +112,7 @@ class Daemon:
             self.stop()
             raise
         self.engine.start()
+        self._set_health(health_pb2.HealthCheckResponse.SERVING)
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
             "started_at": self.started_at})
@@ -127,6 +136,8 @@ class Daemon:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
             pb_grpc.add_CuzkServicer_to_server(service, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+            reflection.enable_server_reflection(SERVICE_NAMES, server)
             for address in addresses:
                 if address.startswith("unix:"):
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
@@ -160,6 +171,10 @@ class Daemon:
             raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
         return grpc.ssl_server_credentials([(key, chain)])
 
+    def _set_health(self, status: int) -> None:
+        for name in ("", CUZK_SERVICE):  # "": the server as a whole, as health probes ask by default
+            self._health.set(name, status)
+
     def _tls_context(self) -> ssl.SSLContext | None:
         """The HTTP listener's TLS, from the same certificate and key as the TCP gRPC listeners."""
         if self.config.tls_cert is None:
@@ -176,6 +191,7 @@ class Daemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
         # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
         self.engine.stop(timeout=SHUTDOWN_GRACE_S)
