@@ -13,6 +13,7 @@ calculations run in parallel and never see each other's signals.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -110,9 +111,10 @@ class WitnessCalculator:
                              f"(signals given: {given})")
         out = np.empty((self.witness_size, self.n32), dtype="<u4")
         get_witness = run.export("getWitness")
+        shared = run.shared_view(self.n32)  # read in place: Memory.read per value would cost more than getWitness
         for i in range(self.witness_size):
             get_witness(run.store, i)
-            out[i] = np.frombuffer(run.shared(self.n32), dtype="<u4")
+            out[i] = shared
         return out
 
 
@@ -160,6 +162,17 @@ class _Run:
     def shared(self, n32: int) -> bytes:
         at = self._shared_start()
         return bytes(self.memory.read(self.store, at, at + 4 * n32))
+
+    def shared_view(self, n32: int) -> np.ndarray:
+        """The shared buffer's first ``n32`` words as a numpy view of the instance's memory.
+
+        Valid while the memory does not grow, which reading the witness out never makes it do.
+        """
+        at = self._shared_start()
+        if at + 4 * n32 > self.memory.data_len(self.store):
+            raise FormatError(self.path, f"the shared buffer at {at} lies outside the module's memory")
+        base = ctypes.addressof(self.memory.data_ptr(self.store).contents)
+        return np.ctypeslib.as_array((ctypes.c_uint32 * n32).from_address(base + at))
 
     def write_shared(self, data: bytes) -> None:
         self.memory.write(self.store, data, self._shared_start())
