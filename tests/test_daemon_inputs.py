@@ -197,3 +197,13 @@ def test_the_witness_calculation_holds_a_reservation_while_it_runs(checks_key, t
         assert engine.budget.snapshot()["by_category"]["transient"]["bytes"] == 0
     finally:
         engine.stop()
+
+
+def test_cli_fullprove_with_daemon_calculates_here_and_proves_there(daemon, checks_key, tmp_path):
+    from cuzk.cli import main as cli_main
+
+    inp, proof, public = tmp_path / "input.json", tmp_path / "p.json", tmp_path / "pub.json"
+    inp.write_text(json.dumps(GOOD))
+    assert cli_main(["fullprove", str(inp), str(CHECKS_WASM), "nowasm", str(proof), str(public), "--daemon", f"unix:{daemon.socket}"]) == 0
+    assert load_json(public) == GOOD_PUBLIC
+    assert snarkjs_verify(checks_key[1], public, proof)

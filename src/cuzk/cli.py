@@ -24,13 +24,21 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 
 
 def _cmd_fullprove(args: argparse.Namespace) -> int:
-    from .formats.wtns import Witness
+    from .formats.wtns import Witness, wtns_bytes
     from .witness import WitnessCalculator, read_input_json
 
     def witness() -> Witness:
         calculator = WitnessCalculator(args.wasm)
         return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input)))
 
+    if args.daemon:  # the witness is calculated here, with the .wasm given, and proved there
+        from .server.commands import prove_with_daemon
+
+        w = witness()
+        result = prove_with_daemon(args, wtns_bytes(w.curve, w.values))
+        if args.verbose:
+            _print_timings(result.timings, f"daemon {result.job_id}")
+        return 0
     return _prove_locally(args, witness)
 
 
@@ -208,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_fullprove)
 
     p = sub.add_parser("wtns", help="witness utilities")
