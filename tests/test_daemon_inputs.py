@@ -173,7 +173,7 @@ def test_engine_input_errors_are_input_errors(checks_key, tmp_path):
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
     engine.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
     try:
-        with pytest.raises(InputError, match="line: 15"):
+        with pytest.raises(InputError, match="line: 16"):
             engine.submit_input("checks", REJECTED["circom assert"][0])
         assert engine.list_jobs() == []
     finally:

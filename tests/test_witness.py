@@ -86,9 +86,9 @@ REJECTED = {
     "exponent string": ({"grid": GRID, "x": "2e0"}, "input x: '2e0' is not an integer"),
     "signed hex": ({"grid": [[2, 1, 1], [1, "-0x1", 1]], "x": 2}, "input grid[1][1]: '-0x1' is not an integer"),
     "circom assert": ({"grid": [[13, 1, 1], [1, 1, 1]], "x": 13},
-                      "the circuit rejects the input: assert failed: Error in template Checks_0 line: 15"),
+                      "the circuit rejects the input: assert failed: Error in template Checks_0 line: 16"),
     "broken ===": ({"grid": [[3, 1, 1], [1, 1, 1]], "x": 2},
-                   "the circuit rejects the input: assert failed: Error in template Checks_0 line: 18"),
+                   "the circuit rejects the input: assert failed: Error in template Checks_0 line: 19"),
 }
 
 
@@ -171,7 +171,7 @@ def test_concurrent_calculations_keep_their_own_results_and_errors(checks):
         if i % 2:
             assert np.array_equal(outcome, good)
         else:
-            assert isinstance(outcome, InputError) and "line: 15" in str(outcome)
+            assert isinstance(outcome, InputError) and "line: 16" in str(outcome)
     assert len(outcomes) == 8
 
 

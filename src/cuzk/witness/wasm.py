@@ -135,7 +135,7 @@ class _Run:
         host = {
             "exceptionHandler": wasmtime.Func(self.store, wasmtime.FuncType([wasmtime.ValType.i32()], []), self._exception),
             "printErrorMessage": wasmtime.Func(self.store, void, lambda: self.messages.append(self._message())),
-            "writeBufferMessage": wasmtime.Func(self.store, void, self._message),  # circom log(): not ours to print
+            "writeBufferMessage": wasmtime.Func(self.store, void, self._skip_message),
             "showSharedRWMemory": wasmtime.Func(self.store, void, lambda: None),  # the value of a log() call
         }
         instance = wasmtime.Instance(self.store, calc._module, [host[i.name] for i in calc._module.imports])
@@ -149,7 +149,7 @@ class _Run:
     def call(self, name: str, *args: int) -> Any:
         try:
             return self._exports[name](self.store, *args)
-        except (CircuitAbort, wasmtime.WasmtimeError) as exc:
+        except (CircuitAbort, wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             # wasmtime re-raises a host function's exception through one process-wide slot, so under
             # concurrent calculations the exception seen here may be another's: judge by this run's own record.
             if self.code is None:
@@ -185,6 +185,10 @@ class _Run:
     def _exception(self, code: int) -> None:
         self.code = code
         raise CircuitAbort(code)
+
+    def _skip_message(self) -> None:
+        """A circom ``log()`` line: drained from the module, not ours to print."""
+        self._message()
 
     def _message(self) -> str:
         get_char = self._exports["getMessageChar"]
