@@ -91,16 +91,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..backends.base import is_device_backend
-from ..formats.wtns import read_wtns, wtns_bytes
-from ..formats.zkey import read_zkey_header
+from ..formats.wtns import read_wtns
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
-from ..memory.budget import BudgetExceededError, MemoryBudget
+from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
@@ -109,8 +107,7 @@ from ..memory.runtime import RuntimeReservation
 from ..memory.units import format_size
 from ..prover.groth16 import check_inputs
 from ..prover.sizing import WorkingSet
-from ..witness import WitnessCalculator, parse_input_json
-from .admission import Admission, JobTooLarge
+from .admission import Admission
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
 from .intake import FileIdentity, open_witness_file
@@ -118,6 +115,7 @@ from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 from .journal import DataDirLock, Journal
 from .scheduler import SchedulerClosed
 from .tracker import EngineStopped, JobTracker, LiveJob
+from .witnesses import WitnessCalculators
 from .workers import DeviceErrorPolicy, DeviceWorker, Finisher, Stages, SynthesisWorker, WorkerState, spawn
 
 log = logging.getLogger("cuzk.engine")
@@ -149,7 +147,7 @@ class Engine:
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
-            self._wasm: dict[str, WitnessCalculator] = {}  # key name → its compiled witness generator (input JSON)
+            self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
         except BaseException:
             self._dir_lock.release()
@@ -164,7 +162,6 @@ class Engine:
         self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
             sum(self.proofs_per_device) + 1 if on_device else 1)
         self._stages = Stages(slots=threading.Semaphore(self.synth_workers))
-        self._witness_pool = ThreadPoolExecutor(config.witness_workers, thread_name_prefix="cuzk-witness")
         self._workers: list[WorkerState] = []
         self._synth_threads: list[threading.Thread] = []
         self._device_threads: list[threading.Thread] = []
@@ -267,7 +264,7 @@ class Engine:
         jobs = self.tracker.jobs()
         for job in jobs:
             job.interrupted = True
-        self._witness_pool.shutdown(wait=False, cancel_futures=True)
+        self.witnesses.close()
         stages.queued.close()
         for job in stages.ready.close():  # synthesized but never proved: give back what they hold
             job.release()
@@ -305,18 +302,9 @@ class Engine:
                      wasm_path: str | Path | None = None) -> None:
         if r1cs_path is not None and not Path(r1cs_path).is_file():
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
-        calculator = None
-        if wasm_path is not None:
-            calculator = WitnessCalculator(Path(wasm_path).resolve())  # FormatError names the file
-            header = read_zkey_header(zkey_path)
-            if calculator.curve is not header.curve or calculator.witness_size != header.n_vars:
-                raise JobError(f"{calculator.path} makes {calculator.witness_size}-value {calculator.curve.name} witnesses, but key "
-                               f"{name!r} is for {header.n_vars} signals over {header.curve.name}: not this key's circuit")
+        calculator = None if wasm_path is None else self.witnesses.prepare(name, zkey_path, wasm_path)
         self.keys.register(name, zkey_path)
-        if calculator is None:
-            self._wasm.pop(name, None)
-        else:
-            self._wasm[name] = calculator
+        self.witnesses.set(name, calculator)
         if r1cs_path is None:
             self._r1cs.pop(name, None)
         else:
@@ -327,7 +315,7 @@ class Engine:
     def unregister_key(self, name: str) -> None:
         self.keys.unregister(name)
         self._r1cs.pop(name, None)
-        self._wasm.pop(name, None)
+        self.witnesses.set(name, None)
         self.journal.forget_key(name)
 
     def preload(self, name: str, tier: str | KeyTier | None = None) -> str:
@@ -386,30 +374,11 @@ class Engine:
 
     def submit_input(self, circuit: str, input_json: str | bytes | Mapping[str, Any],
                      priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
-        """Calculate the witness of ``circuit``'s input (input.json text or object) with its registered .wasm on a
-        witness thread, then :meth:`submit` it; returns the job id (``InputError`` names what the circuit rejects)."""
+        """:meth:`submit` the witness ``witnesses`` calculates from ``circuit``'s input (input.json text or object)."""
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
         self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
-        calculator = self._wasm.get(circuit)
-        if calculator is None:
-            raise JobError(f"key {circuit!r} has no witness generator: send a witness, or register the circuit's .wasm "
-                           "with the key ([engine.wasm] in the daemon's config)")
-        doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
-        try:
-            reservation = self.budget.acquire(calculator.calculation_bytes, "transient", label=f"witness ({circuit})")
-        except BudgetExceededError as exc:
-            raise JobTooLarge(f"calculating a witness of {circuit!r}: {exc}; it can never run here") from None
-        with reservation:
-            try:
-                pending = self._witness_pool.submit(lambda: wtns_bytes(calculator.curve, calculator.calculate(doc)))
-            except RuntimeError:  # stop() shut the pool down since the check above
-                raise EngineStopped("the engine is stopping; submit to the next one") from None
-            try:
-                witness = pending.result()
-            except CancelledError:  # stop() cancelled it before it ran
-                raise EngineStopped("the engine is stopping; submit to the next one") from None
-            return self.submit(circuit, witness, priority, request_id)
+        return self.submit(circuit, self.witnesses.wtns(circuit, input_json), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         self.tracker.add(job)
