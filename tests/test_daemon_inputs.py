@@ -207,3 +207,15 @@ def test_cli_fullprove_with_daemon_calculates_here_and_proves_there(daemon, chec
     assert cli_main(["fullprove", str(inp), str(CHECKS_WASM), "nowasm", str(proof), str(public), "--daemon", f"unix:{daemon.socket}"]) == 0
     assert load_json(public) == GOOD_PUBLIC
     assert snarkjs_verify(checks_key[1], public, proof)
+
+
+def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False)
+    first = Engine(config, budget=MemoryBudget(1 << 30))
+    first.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    first.stop()
+    again = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    try:
+        assert again.submit_input("checks", GOOD)  # journaled: the .wasm came back with the key
+    finally:
+        again.stop()
