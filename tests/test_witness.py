@@ -192,3 +192,14 @@ def test_signal_hash_is_circoms_fnv1a():
     # Values from circom_runtime's fnvHash("a") and fnvHash("in").
     assert fnv1a_64("a") == 0xAF63DC4C8601EC8C
     assert fnv1a_64("in") == 0x08B73807B55C4BBE
+
+
+def test_cli_wtns_calculate_errors_are_one_line(tmp_path, capsys):
+    out = tmp_path / "w.wtns"
+    assert cli_main(["wtns", "calculate", str(CHECKS_WASM), str(tmp_path / "absent.json"), str(out)]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'absent.json'}: cannot open: No such file or directory\n"
+    bad = tmp_path / "input.json"
+    bad.write_text('{"grid": [[2, 1, 1], [1, 1, 1]], "x": "two"}')
+    assert cli_main(["wtns", "calculate", str(CHECKS_WASM), str(bad), str(out)]) == 1
+    assert capsys.readouterr().err == "error: input x: 'two' is not an integer (decimal, or 0x/0o/0b)\n"
+    assert not out.exists()

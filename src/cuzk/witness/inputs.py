@@ -55,8 +55,12 @@ def parse_input_json(text: str | bytes, source: str = "input") -> dict[str, Any]
 
 
 def read_input_json(path: str | os.PathLike) -> dict[str, Any]:
-    """An input.json file's object (OSError when it cannot be read)."""
-    return parse_input_json(Path(path).read_bytes(), source=str(path))
+    """An input.json file's object."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    return parse_input_json(text, source=str(path))
 
 
 def input_signals(doc: Mapping[str, Any], prime: int) -> list[InputSignal]:
