@@ -75,6 +75,9 @@ def test_grpc_bad_inputs_are_the_requests_errors_and_the_daemon_keeps_serving(da
         with pytest.raises(DaemonError, match="key 'nowasm' has no witness generator") as exc:
             client.submit("nowasm", input=GOOD)
         assert exc.value.code == "INVALID_ARGUMENT"
+        for both_or_neither in ({}, {"witness": b"wtns", "input": GOOD}):
+            with pytest.raises(ValueError, match="give a witness or the circuit's input"):
+                client.submit("checks", **both_or_neither)
         result = client.prove("checks", input=json.dumps(GOOD), timeout=120)  # JSON text is taken as is
     check_proof(result.proof, result.public_signals, checks_key[1], tmp_path)
 
