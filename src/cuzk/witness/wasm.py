@@ -4,7 +4,8 @@ This drives the module as circom_runtime's ``witness_calculator.js`` does (circo
 ``init``; per input signal ``getInputSignalSize(hash)`` and, per value, the value's 32-bit
 words into the shared read/write buffer and ``setInputSignal(hash, index)`` — the circuit
 runs as its inputs arrive; then ``getWitness(i)`` for each witness value, read back from the
-shared buffer. The module's imports report errors: ``printErrorMessage`` hands over a line
+shared buffer — by a few lines of WebAssembly of our own linked to the circuit's instance
+(``COPY_WITNESS_WAT``), since a call from Python costs far more than the call itself. The module's imports report errors: ``printErrorMessage`` hands over a line
 (``getMessageChar`` until 0) and ``exceptionHandler(code)`` aborts with circom's code.
 
 A compiled module is shared (thread-safe); every calculation gets a fresh instance, so
@@ -13,7 +14,7 @@ calculations run in parallel and never see each other's signals.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,10 +37,48 @@ EXCEPTIONS = {
     6: "input signal array access exceeds the size",
 }
 IMPORTS = ("exceptionHandler", "printErrorMessage", "writeBufferMessage", "showSharedRWMemory")
-EXPORTS = ("memory", "getFieldNumLen32", "getRawPrime", "getSharedRWMemoryStart", "writeSharedRWMemory", "init",
+EXPORTS = ("memory", "getFieldNumLen32", "getRawPrime", "getSharedRWMemoryStart", "readSharedRWMemory", "writeSharedRWMemory", "init",
            "getInputSignalSize", "setInputSignal", "getInputSize", "getWitnessSize", "getWitness", "getMessageChar")
 
 _ENGINE = wasmtime.Engine()
+WASM_MEMORY_MAX = (1 << 32) - (1 << 16)  # bytes a 32-bit WebAssembly memory can grow to, in whole 64 KiB pages
+
+# Reads the witness out inside WebAssembly: getWitness(i) then n32 × readSharedRWMemory(j) per value, into this
+# module's own memory, read back at once. From Python each of those calls costs ~15 µs of wasmtime-py's argument
+# handling (half a second for 30,000 values); here they cost nanoseconds. Returns 0 when its memory cannot grow.
+COPY_WITNESS_WAT = r"""
+(module
+  (import "circuit" "getWitness" (func $getWitness (param i32)))
+  (import "circuit" "readSharedRWMemory" (func $read (param i32) (result i32)))
+  (memory (export "witness") 0)
+  (func (export "copyWitness") (param $n i32) (param $n32 i32) (result i32)
+    (local $i i32) (local $j i32) (local $at i32)
+    (if (i32.eq (memory.grow (i32.div_u (i32.add (i32.mul (i32.mul (local.get $n) (local.get $n32)) (i32.const 4))
+                                                 (i32.const 65535))
+                                         (i32.const 65536)))
+                (i32.const -1))
+      (then (return (i32.const 0))))
+    (block $done
+      (loop $values
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (call $getWitness (local.get $i))
+        (local.set $j (i32.const 0))
+        (block $words_done
+          (loop $words
+            (br_if $words_done (i32.ge_u (local.get $j) (local.get $n32)))
+            (i32.store (local.get $at) (call $read (local.get $j)))
+            (local.set $at (i32.add (local.get $at) (i32.const 4)))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br $words)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $values)))
+    (i32.const 1)))
+"""
+
+
+@functools.cache
+def _copy_witness_module() -> wasmtime.Module:
+    return wasmtime.Module(_ENGINE, COPY_WITNESS_WAT)
 
 
 class CircuitAbort(Exception):
@@ -79,8 +118,8 @@ class WitnessCalculator:
         self.witness_size = run.call("getWitnessSize")
         self.input_size = run.call("getInputSize")
         # What one calculation holds on the host: the instance's linear memory (circom sizes it when it compiles the
-        # circuit) and the witness twice over (the array, then the .wtns bytes made from it).
-        self.calculation_bytes = run.memory.data_len(run.store) + 2 * self.witness_size * 4 * self.n32
+        # circuit) and the witness three times over (the copier's memory, the array read from it, the .wtns bytes).
+        self.calculation_bytes = run.memory.data_len(run.store) + 3 * self.witness_size * 4 * self.n32
 
     def calculate(self, inputs: Mapping[str, Any]) -> np.ndarray:
         """The witness for an input object (parsed input.json): an (n, limbs) uint32 array, standard form.
@@ -109,13 +148,7 @@ class WitnessCalculator:
             given = ", ".join(repr(s.name) for s in signals) or "none"
             raise InputError(f"inputs missing: the circuit takes {self.input_size} input values, the input sets {n_set} "
                              f"(signals given: {given})")
-        out = np.empty((self.witness_size, self.n32), dtype="<u4")
-        get_witness = run.export("getWitness")
-        shared = run.shared_view(self.n32)  # read in place: Memory.read per value would cost more than getWitness
-        for i in range(self.witness_size):
-            get_witness(run.store, i)
-            out[i] = shared
-        return out
+        return run.witness(self.witness_size, self.n32)
 
 
 def _i32(word: int) -> int:
@@ -147,8 +180,11 @@ class _Run:
         return self._exports[name]
 
     def call(self, name: str, *args: int) -> Any:
+        return self.call_export(self._exports[name], name, *args)
+
+    def call_export(self, func: wasmtime.Func, name: str, *args: int) -> Any:
         try:
-            return self._exports[name](self.store, *args)
+            return func(self.store, *args)
         except (CircuitAbort, wasmtime.Trap, wasmtime.WasmtimeError) as exc:
             # wasmtime re-raises a host function's exception through one process-wide slot, so under
             # concurrent calculations the exception seen here may be another's: judge by this run's own record.
@@ -163,16 +199,17 @@ class _Run:
         at = self._shared_start()
         return bytes(self.memory.read(self.store, at, at + 4 * n32))
 
-    def shared_view(self, n32: int) -> np.ndarray:
-        """The shared buffer's first ``n32`` words as a numpy view of the instance's memory.
-
-        Valid while the memory does not grow, which reading the witness out never makes it do.
-        """
-        at = self._shared_start()
-        if at + 4 * n32 > self.memory.data_len(self.store):
-            raise FormatError(self.path, f"the shared buffer at {at} lies outside the module's memory")
-        base = ctypes.addressof(self.memory.data_ptr(self.store).contents)
-        return np.ctypeslib.as_array((ctypes.c_uint32 * n32).from_address(base + at))
+    def witness(self, n: int, n32: int) -> np.ndarray:
+        """The ``n`` witness values, copied out by :data:`COPY_WITNESS_WAT` in one call."""
+        if n * n32 * 4 > WASM_MEMORY_MAX:
+            raise FormatError(self.path, f"a witness of {n} values is more than a WebAssembly memory holds")
+        copier = wasmtime.Instance(self.store, _copy_witness_module(), [self._exports["getWitness"],
+                                                                        self._exports["readSharedRWMemory"]])
+        exports = copier.exports(self.store)
+        if not self.call_export(exports["copyWitness"], "getWitness", n, n32):
+            raise MemoryError(f"no room for a witness of {n} values in a WebAssembly memory")
+        values = exports["witness"].read(self.store, 0, n * n32 * 4)
+        return np.frombuffer(bytes(values), dtype="<u4").reshape(n, n32)
 
     def write_shared(self, data: bytes) -> None:
         self.memory.write(self.store, data, self._shared_start())
