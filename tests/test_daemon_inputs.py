@@ -222,3 +222,11 @@ def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):
         assert again.submit_input("checks", GOOD)  # journaled: the .wasm came back with the key
     finally:
         again.stop()
+
+
+def test_http_request_id_and_priority(daemon):
+    body = json.dumps({"input": GOOD, "priority": "high", "request_id": "http-once"}).encode()
+    first, second = post(daemon, "checks", body), post(daemon, "checks", body)
+    assert first[0] == second[0] == 200 and first[2]["X-Cuzk-Job-Id"] == second[2]["X-Cuzk-Job-Id"]
+    status, answer, _ = post(daemon, "checks", json.dumps({"input": GOOD, "priority": "urgent"}).encode())
+    assert status == 400 and "unknown priority 'urgent'" in answer["error"]
