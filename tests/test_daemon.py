@@ -22,7 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
@@ -30,6 +33,7 @@ from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
 from cuzk.proto import WITNESS_PATH_REFUSED
 from cuzk.proto import cuzk_pb2 as pb
+from cuzk.proto import cuzk_pb2_grpc as pb_grpc
 
 TOKEN = "test-token-" + "x" * 16
 MAX_REQUEST = 4 * MiB
@@ -91,6 +95,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _toml(value) -> str:
+    """A TOML value: JSON's spelling for scalars and arrays, an inline table for a dict (``[engine] wasm``)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(value)
+
+
 class DaemonProcess:
     """`cuzk daemon` in a child process (optionally inside a memory cgroup), stopped with SIGTERM."""
 
@@ -111,7 +122,7 @@ class DaemonProcess:
         lines.append("[keys]")
         lines += [f'{name} = "{path}"' for name, path in keys.items()]
         lines.append("[engine]")
-        lines += [f"{k} = {json.dumps(v)}" for k, v in {"backend": "cpu", **(engine or {})}.items()]
+        lines += [f"{k} = {_toml(v)}" for k, v in {"backend": "cpu", **(engine or {})}.items()]
         lines.append("[supervisor]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in {"backoff_initial_s": 0.1, "backoff_max_s": 1.0, **(supervisor or {})}.items()]
         self.config = self.data_dir / "cuzk.toml"
@@ -520,3 +531,22 @@ def test_unusable_config_is_refused_before_anything_starts(tmp_path):
 
     assert cli_main(["daemon", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:7750"]) == 1  # TCP without a token
     assert not (tmp_path / "run").exists()
+
+
+def test_standard_health_and_reflection_services(daemon):
+    """grpc.health.v1 answers SERVING (over TCP without the token: probes carry none), reflection lists the services."""
+    for address in (f"unix:{daemon.socket}", daemon.tcp):
+        with grpc.insecure_channel(address) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            for service in ("", "cuzk.v1.Cuzk"):
+                assert check(health_pb2.HealthCheckRequest(service=service), timeout=30).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as exc:
+                check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=30)
+            assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    with grpc.insecure_channel(f"unix:{daemon.socket}") as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        answer = next(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=30))
+        assert {s.name for s in answer.list_services_response.service} >= {"cuzk.v1.Cuzk", "grpc.health.v1.Health"}
+    with grpc.insecure_channel(daemon.tcp) as channel, pytest.raises(grpc.RpcError) as exc:
+        pb_grpc.CuzkStub(channel).GetStatus(pb.GetStatusRequest(), timeout=30)  # everything else still needs the token
+    assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED

@@ -7,12 +7,16 @@ real gRPC channels.
 
 from __future__ import annotations
 
+import http.client
+import json
 import shutil
+import ssl
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import snarkjs_verify
 from cuzk.cli import main as cli_main
 from cuzk.client import Client, DaemonError, DaemonUnavailable
 from cuzk.config import ConfigError, load_config
@@ -102,3 +106,24 @@ def test_tls_config_needs_both_files_and_a_tcp_listener(tmp_path):
         load_config(overrides={**base, "tls_cert": str(cert), "tls_key": str(tmp_path / "missing.key")}, env={})
     with pytest.raises(ConfigError, match="none is configured"):
         load_config(overrides={**base, "listen": [], "tls_cert": str(cert), "tls_key": str(key)}, env={})
+
+
+def test_http_prove_is_https_with_the_daemons_certificate(tls_daemon, tmp_path):
+    """POST /v1/prove/{key} (and /metrics beside it) is served over TLS when the daemon has a certificate."""
+    daemon, small, cert, _ = tls_daemon
+    host, port = daemon.http.rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), timeout=300, context=ssl.create_default_context(cafile=str(cert)))
+    conn.request("POST", f"/v1/prove/{small.name}", body=small.witness_bytes(),
+                 headers={"Content-Type": "application/octet-stream", "Authorization": f"Bearer {TOKEN}"})
+    resp = conn.getresponse()
+    body = json.loads(resp.read())
+    conn.close()
+    assert resp.status == 200, body
+    (tmp_path / "proof.json").write_text(json.dumps(body["proof"]))
+    (tmp_path / "public.json").write_text(json.dumps(body["publicSignals"]))
+    assert snarkjs_verify(small.vkey, tmp_path / "public.json", tmp_path / "proof.json")
+    plain = http.client.HTTPConnection(host, int(port), timeout=30)
+    with pytest.raises((ConnectionError, http.client.HTTPException)):
+        plain.request("GET", "/metrics")
+        plain.getresponse()
+    plain.close()

@@ -225,8 +225,8 @@ def test_list_counts_keys_and_peaks(tmp_path):
     assert [r.job_id for r in j.list(circuit="b")] == [b.job_id]
     assert j.counts()["queued"] == 1 and j.counts()["cancelled"] == 1
     j.save_key("a", "/keys/a.zkey")
-    j.save_key("b", "/keys/b.zkey", r1cs="/keys/b.r1cs")
-    assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None), "b": ("/keys/b.zkey", "/keys/b.r1cs")}
+    j.save_key("b", "/keys/b.zkey", r1cs="/keys/b.r1cs", wasm="/keys/b.wasm")
+    assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None, None), "b": ("/keys/b.zkey", "/keys/b.r1cs", "/keys/b.wasm")}
     j.forget_key("a")
     assert list(j.saved_keys()) == ["b"]
     assert j.save_peak("a", 100) == 100 and j.save_peak("a", 50) == 100 and j.save_peak("a", 300) == 300
@@ -242,3 +242,18 @@ def test_data_dir_lock_is_exclusive_and_released(tmp_path):
     second = DataDirLock(tmp_path)
     second.acquire()
     second.release()
+
+
+def test_a_journal_from_before_wasm_keys_keeps_its_keys(tmp_path):
+    """An existing journal's keys table (no wasm column) gains the column; its keys read back without a .wasm."""
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "journal.sqlite3")
+    db.execute("CREATE TABLE keys (name TEXT PRIMARY KEY, path TEXT NOT NULL, r1cs TEXT)")
+    db.execute("INSERT INTO keys VALUES ('old', '/keys/old.zkey', '/keys/old.r1cs')")
+    db.commit()
+    db.close()
+    j = Journal(tmp_path)
+    assert j.saved_keys() == {"old": ("/keys/old.zkey", "/keys/old.r1cs", None)}
+    j.save_key("old", "/keys/old.zkey", wasm="/keys/old.wasm")
+    assert Journal(tmp_path).saved_keys()["old"][2] == "/keys/old.wasm"

@@ -18,17 +18,51 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         if args.verbose:
             _print_timings(result.timings, f"daemon {result.job_id}")
         return 0
+    from .formats.wtns import read_wtns
+
+    return _prove_locally(args, lambda: read_wtns(args.wtns))
+
+
+def _cmd_fullprove(args: argparse.Namespace) -> int:
+    from .formats.wtns import Witness, wtns_bytes
+    from .witness import WitnessCalculator, read_input_json
+
+    def witness() -> Witness:
+        calculator = WitnessCalculator(args.wasm)
+        return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input)))
+
+    if args.daemon:  # the witness is calculated here, with the .wasm given, and proved there
+        from .server.commands import prove_with_daemon
+
+        w = witness()
+        result = prove_with_daemon(args, wtns_bytes(w.curve, w.values))
+        if args.verbose:
+            _print_timings(result.timings, f"daemon {result.job_id}")
+        return 0
+    return _prove_locally(args, witness)
+
+
+def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
+    from .formats.wtns import write_wtns
+    from .witness import WitnessCalculator, read_input_json
+
+    calculator = WitnessCalculator(args.wasm)
+    write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input)))
+    return 0
+
+
+def _prove_locally(args: argparse.Namespace, load_witness) -> int:
+    """Prove in this process (``prove`` reads a witness, ``fullprove`` calculates one) and write proof and public signals."""
     from .backends import get_backend
     from .formats.json_io import write_proof, write_public
     from .formats.r1cs import read_r1cs
-    from .formats.wtns import read_wtns
     from .formats.zkey import read_zkey
     from .prover.groth16 import prove
     from .prover.verify import verify, vkey_from_zkey
 
     t0 = time.perf_counter()
     zkey = read_zkey(args.zkey)
-    witness = read_wtns(args.wtns)
+    witness = load_witness()
     r1cs = read_r1cs(args.r1cs) if args.r1cs else None
     backend = get_backend(args.backend)
     t_load = time.perf_counter() - t0
@@ -170,6 +204,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_prove)
+
+    p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
+                                         "<proof.json> <public.json>")
+    p.add_argument("input")
+    p.add_argument("wasm")
+    p.add_argument("zkey")
+    p.add_argument("proof")
+    p.add_argument("public")
+    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    add_daemon_prove_options(p)
+    p.set_defaults(func=_cmd_fullprove)
+
+    p = sub.add_parser("wtns", help="witness utilities")
+    wsub = p.add_subparsers(dest="wtns_command", required=True)
+    w = wsub.add_parser("calculate", help="cuzk wtns calculate <circuit.wasm> <input.json> <witness.wtns>",
+                        description="Run circom's witness generator (the .wasm of circom --wasm) on an input.json, as "
+                                    "snarkjs wtns calculate does.")
+    w.add_argument("wasm")
+    w.add_argument("input")
+    w.add_argument("wtns")
+    w.set_defaults(func=_cmd_wtns_calculate)
 
     p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>",
                        description="Exit status: 0 the proof is valid, 1 it is invalid, 2 the files could not be read "

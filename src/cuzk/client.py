@@ -12,6 +12,9 @@ timeout; ``prove`` always sends a ``request_id`` for that reason. Every daemon e
 becomes a ``DaemonError`` (a ValueError, except the connection and timeout kinds) whose
 message is the daemon's own.
 
+A key registered with its circom .wasm takes the circuit's input instead of a witness
+(``input=``: a dict, or input.json text); the daemon calculates the witness.
+
 A witness may be given as bytes or as a path. On a unix socket the client sends the path and
 the daemon copies the file itself, sparing two protobuf copies of a large witness under each
 side's GIL. The file's identity (device, inode, size, mtime) goes with the path, so a daemon
@@ -28,6 +31,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, TypeVar
 
 import grpc
@@ -207,8 +211,13 @@ class Client:
             return RequestTooLarge(code.name, f"request too large for the daemon ({details}); raise max_request in its config")
         return DaemonError(code.name, details)
 
-    def _with_witness(self, witness: Witness, send: Callable[[dict[str, Any]], T]) -> T:
-        """``send`` the request with the witness as a path on a local daemon, else (or when it refuses the path) as bytes."""
+    def _with_witness(self, witness: Witness | None, input: Mapping[str, Any] | str | None, send: Callable[[dict[str, Any]], T]) -> T:
+        """``send`` the request with the circuit's input, or with the witness as a path on a local daemon, else (or when
+        it refuses the path) as bytes."""
+        if (witness is None) == (input is None):
+            raise ValueError("give a witness or the circuit's input (input=), not both or neither")
+        if input is not None:
+            return send({"input_json": input if isinstance(input, str) else json.dumps(input)})
         if isinstance(witness, (bytes, bytearray, memoryview)):
             return send({"witness": bytes(witness)})
         path = Path(witness).absolute()
@@ -225,15 +234,16 @@ class Client:
                 self.sends_witness_paths = False  # the daemon cannot read our files: bytes from now on
         return send({"witness": path.read_bytes()})
 
-    def submit(self, key: str | os.PathLike, witness: Witness, *, priority: Priority | str | int = Priority.NORMAL,
-               request_id: str | None = None, timeout: float | None = 60.0) -> tuple[str, bool]:
-        """Queue a proof (``witness``: the .wtns bytes or its path); returns (job_id, deduplicated). Durable on the
-        daemon once this returns."""
+    def submit(self, key: str | os.PathLike, witness: Witness | None = None, *, input: Mapping[str, Any] | str | None = None,
+               priority: Priority | str | int = Priority.NORMAL, request_id: str | None = None,
+               timeout: float | None = 60.0) -> tuple[str, bool]:
+        """Queue a proof (``witness``: the .wtns bytes or its path; or ``input``: the circuit's input, for a key registered
+        with its .wasm); returns (job_id, deduplicated). Durable on the daemon once this returns."""
         def send(fields: dict[str, Any]) -> pb.SubmitProofResponse:
             req = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id or "", **fields)
             return self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
 
-        resp = self._with_witness(witness, send)
+        resp = self._with_witness(witness, input, send)
         return resp.job_id, resp.deduplicated
 
     def await_proof(self, job_id: str, timeout: float | None = None, *, check: bool = True) -> ProofResult:
@@ -247,8 +257,9 @@ class Client:
         result = _result(self._call(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
         return self._checked(result) if check else result
 
-    def prove(self, key: str | os.PathLike, witness: Witness, *, priority: Priority | str | int = Priority.NORMAL,
-              request_id: str | None = None, timeout: float | None = None) -> ProofResult:
+    def prove(self, key: str | os.PathLike, witness: Witness | None = None, *, input: Mapping[str, Any] | str | None = None,
+              priority: Priority | str | int = Priority.NORMAL, request_id: str | None = None,
+              timeout: float | None = None) -> ProofResult:
         """Submit and wait in one call; retried across a daemon restart (a request_id is always sent, so never twice)."""
         request_id = request_id or f"prove-{uuid.uuid4().hex}"
         slack = 5.0
@@ -258,7 +269,7 @@ class Client:
             request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
             return self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True)
 
-        return self._checked(_result(self._with_witness(witness, send)))
+        return self._checked(_result(self._with_witness(witness, input, send)))
 
     @staticmethod
     def _checked(result: ProofResult) -> ProofResult:

@@ -23,6 +23,9 @@ exists) looks like::
     [engine]                                                    # passed to the engine as is
     verify = true
 
+    [engine.wasm]                                               # circom witness generators: these keys take
+    sha256 = "/srv/keys/sha256_32B.wasm"                        #   input JSON (gRPC input_json, POST /v1/prove/{key})
+
     [supervisor]
     max_fruitless_restarts = 5
 """

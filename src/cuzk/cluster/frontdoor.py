@@ -41,7 +41,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from ..engine import EngineConfig, EngineStopped
 from ..engine.intake import FileIdentity, journal_witness
-from ..engine.jobs import UNFINISHED_STATES, JobRecord, JobState, Priority
+from ..engine.jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 from ..engine.journal import DataDirLock, Journal
 from ..engine.scheduler import Scheduler, SchedulerClosed
 from ..engine.tracker import REQUEST_ERRORS, JobTracker, LiveJob
@@ -195,6 +195,20 @@ class ClusterEngine:
         if created:
             self._enqueue(LiveJob(record))
         return record.job_id
+
+    def check_fits(self, circuit: str) -> None:
+        """Whether a request for ``circuit`` can be taken: stopping, or a key nobody registered. Whether a host can ever
+        hold it is the router's question: a job none can hold fails with every host's reason."""
+        if self._stopping:
+            raise EngineStopped("the cluster front door is stopping; submit to the next one")
+        self.keys.header(circuit)
+
+    def submit_input(self, circuit: str, input_json, priority: Priority | int | str = Priority.NORMAL,
+                     request_id: str | None = None) -> str:
+        """Not served here: the hosts' engines hold no circuit .wasm, so the witness is the client's to calculate."""
+        self.check_fits(circuit)
+        raise JobError(f"key {circuit!r}: a cluster front door takes witnesses, not input JSON: calculate the witness "
+                       "with `cuzk wtns calculate` (or send the input to a daemon that has the key's .wasm)")
 
     def _enqueue(self, job: LiveJob) -> None:
         if self.tracker.get(job.id) is None:

@@ -115,6 +115,23 @@ class Admission:
         self._peaks[circuit] = stored
         return stored
 
+    def check_fits(self, circuit: str) -> None:
+        """Raise ``JobTooLarge`` when no proof of ``circuit`` could ever be admitted (asked before taking a request)."""
+        self._check_fits(circuit, self.working_set(circuit), self.keys.footprint(circuit))
+
+    def fitting_now(self, circuit: str, waiting: list[str]) -> int:
+        """How many proofs of ``circuit`` the budget holds now: its free bytes (idle keys count as free: they are
+        evicted for room) less the working sets of ``waiting`` jobs (their circuits) not admitted yet, and the key's
+        own bytes when it is not loaded, in working sets."""
+        workset = self.working_set(circuit)
+        keys = {k["name"]: k for k in self.keys.status()}
+        free = self.budget.available_bytes + sum(k["reserved_bytes"] for name, k in keys.items()
+                                                 if name != circuit and not k["in_use"] and not k["loading"])
+        free -= sum(self.working_set(other).total_bytes for other in waiting)
+        if keys[circuit]["tier"] == KeyTier.COLD.value:
+            free -= self.keys.footprint(circuit)
+        return max(0, free // max(1, workset.total_bytes))
+
     def admit(self, job: LiveJob) -> Grant:
         """Wait until ``job`` can start, then hand it its key and working set.
 

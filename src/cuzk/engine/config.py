@@ -35,6 +35,8 @@ class EngineConfig:
     device_errors_per_job: int = 2  # CUDA errors (on any devices) after which a job fails instead of being requeued
     keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
     r1cs: dict[str, str] = field(default_factory=dict)  # name → .r1cs path (optional satisfaction check)
+    wasm: dict[str, str] = field(default_factory=dict)  # name → circom .wasm: the key takes input JSON, the daemon calculates the witness
+    witness_workers: int = 2  # threads calculating witnesses from input JSON (each runs its own instance of a circuit's .wasm)
     reconcile: bool = True  # run the memory reconciler on an engine-made budget
     measure_peaks: bool = True
     heartbeat: bool = False  # write <data_dir>/run/engine-state.json for the supervisor
@@ -42,6 +44,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
+        if isinstance(self.witness_workers, bool) or not isinstance(self.witness_workers, int) or self.witness_workers < 1:
+            raise ValueError(f"witness_workers must be a whole number of at least 1, got {self.witness_workers!r}")
         for name in ("synth_workers", "proofs_per_device"):
             value = getattr(self, name)
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

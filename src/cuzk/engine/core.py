@@ -31,9 +31,16 @@ The API, all thread-safe:
   waiting for a device, is CANCELLED when this returns; one that a worker holds (waiting
   for memory, synthesizing, proving) stops at its next phase boundary, so its state
   settles to CANCELLED shortly after (await it). False when the job had already finished.
-- ``register_key(name, zkey_path, r1cs_path=None)`` / ``unregister_key(name)`` — remembered
-  in the journal across restarts; with an r1cs every witness is checked for
-  satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
+- ``submit_input(circuit, input_json, priority=NORMAL, request_id=None) -> job_id`` — the
+  circuit's input (input.json text, or the parsed object) for a key registered with its
+  circom .wasm: the witness is calculated on the engine's witness threads (``witness_workers``,
+  so intake is never held by it), its instance's memory and the witness reserved in the
+  budget while it runs, then submitted as above. Input that does not fit the
+  circuit, or breaks one of its asserts, raises ``InputError`` (a ``ValueError``) naming the
+  signal or the template.
+- ``register_key(name, zkey_path, r1cs_path=None, wasm_path=None)`` / ``unregister_key(name)`` —
+  remembered in the journal across restarts; with an r1cs every witness is checked for
+  satisfaction before any MSM; with a wasm the key takes input JSON (``submit_input``). ``preload(name, tier=None)``, ``evict(name) -> bytes``.
 - ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
 - ``room(circuit) -> (jobs, reason)`` — how many more jobs of ``circuit`` could start now beside those held, or
@@ -85,7 +92,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +115,7 @@ from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 from .journal import DataDirLock, Journal
 from .scheduler import SchedulerClosed
 from .tracker import EngineStopped, JobTracker, LiveJob
+from .witnesses import WitnessCalculators
 from .workers import DeviceErrorPolicy, DeviceWorker, Finisher, Stages, SynthesisWorker, WorkerState, spawn
 
 log = logging.getLogger("cuzk.engine")
@@ -139,6 +147,7 @@ class Engine:
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
+            self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
         except BaseException:
             self._dir_lock.release()
@@ -192,10 +201,10 @@ class Engine:
     def _register_saved_keys(self) -> None:
         wanted = dict(self.journal.saved_keys())
         for name, path in self.config.keys.items():
-            wanted[name] = (path, self.config.r1cs.get(name))
-        for name, (path, r1cs) in wanted.items():
+            wanted[name] = (path, self.config.r1cs.get(name), self.config.wasm.get(name))
+        for name, (path, r1cs, wasm) in wanted.items():
             try:
-                self.register_key(name, path, r1cs)
+                self.register_key(name, path, r1cs, wasm)
             except (ValueError, OSError) as exc:
                 # A key that went away must not stop the daemon; its jobs fail with the reason.
                 log.error("key %r not registered: %s", name, exc)
@@ -255,6 +264,7 @@ class Engine:
         jobs = self.tracker.jobs()
         for job in jobs:
             job.interrupted = True
+        self.witnesses.close()
         stages.queued.close()
         for job in stages.ready.close():  # synthesized but never proved: give back what they hold
             job.release()
@@ -288,19 +298,24 @@ class Engine:
         self.stop()
 
     # ---- keys -------------------------------------------------------------------------------
-    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None) -> None:
+    def register_key(self, name: str, zkey_path: str | Path, r1cs_path: str | Path | None = None,
+                     wasm_path: str | Path | None = None) -> None:
         if r1cs_path is not None and not Path(r1cs_path).is_file():
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
+        calculator = None if wasm_path is None else self.witnesses.prepare(name, zkey_path, wasm_path)
         self.keys.register(name, zkey_path)
+        self.witnesses.set(name, calculator)
         if r1cs_path is None:
             self._r1cs.pop(name, None)
         else:
             self._r1cs[name] = str(Path(r1cs_path).resolve())
-        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name))
+        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name),
+                              None if calculator is None else str(calculator.path))
 
     def unregister_key(self, name: str) -> None:
         self.keys.unregister(name)
         self._r1cs.pop(name, None)
+        self.witnesses.set(name, None)
         self.journal.forget_key(name)
 
     def preload(self, name: str, tier: str | KeyTier | None = None) -> str:
@@ -323,24 +338,17 @@ class Engine:
         """How many more jobs of ``circuit`` could start now beside the ones this engine holds, or why none ever can.
 
         What a router in front of several engines asks (``cuzk.cluster``), so it never sends a job to a full engine:
-        the free pipeline slots (synthesis plus proving), and the budget's free bytes (idle keys count as free: they
-        are evicted for room) less the working sets of the held jobs not admitted yet, and the key when it is not
-        resident, in working sets. The reason is admission's own fit check (``JobTooLarge``'s message).
+        the free pipeline slots (synthesis plus proving), bounded by what admission's budget holds now. The reason is
+        admission's own fit check (``JobTooLarge``'s message).
         """
-        workset = self.admission.working_set(circuit)  # UnknownKeyError for a circuit nobody registered
         try:
-            self.admission._check_fits(circuit, workset, self.keys.footprint(circuit))
+            self.admission.check_fits(circuit)  # UnknownKeyError for a circuit nobody registered
         except JobTooLarge as exc:
             return 0, str(exc)
         held = self.tracker.jobs()
         slots = self.synth_workers + sum(self.proofs_per_device) - len(held)
-        keys = {k["name"]: k for k in self.keys.status()}
-        free = self.budget.available_bytes + sum(k["reserved_bytes"] for name, k in keys.items()
-                                                 if name != circuit and not k["in_use"] and not k["loading"])
-        free -= sum(self.admission.working_set(job.circuit).total_bytes for job in held if job.grant is None)
-        if keys[circuit]["tier"] == KeyTier.COLD.value:
-            free -= self.keys.footprint(circuit)
-        return max(0, min(slots, free // max(1, workset.total_bytes))), None
+        waiting = [job.circuit for job in held if job.grant is None]
+        return max(0, min(slots, self.admission.fitting_now(circuit, waiting))), None
 
     # ---- jobs -------------------------------------------------------------------------------
     def submit(self, circuit: str, witness: bytes | bytearray | memoryview | str | os.PathLike,
@@ -361,6 +369,22 @@ class Engine:
         if created:
             self._enqueue(LiveJob(record))
         return record.job_id
+
+    def check_fits(self, circuit: str) -> None:
+        """Whether a request for ``circuit`` can be taken at all: ``EngineStopped`` while stopping, ``UnknownKeyError``
+        for an unregistered circuit, ``JobTooLarge`` when its proofs could never fit the budget."""
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        self.keys.header(circuit)
+        self.admission.check_fits(circuit)
+
+    def submit_input(self, circuit: str, input_json: str | bytes | Mapping[str, Any],
+                     priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
+        """:meth:`submit` the witness ``witnesses`` calculates from ``circuit``'s input (input.json text or object)."""
+        if self._stopping:
+            raise EngineStopped("the engine is stopping; submit to the next one")
+        self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
+        return self.submit(circuit, self.witnesses.wtns(circuit, input_json), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         self.tracker.add(job)

@@ -60,7 +60,8 @@ CREATE INDEX IF NOT EXISTS jobs_finished ON jobs(finished_at);
 CREATE TABLE IF NOT EXISTS keys (
     name TEXT PRIMARY KEY,
     path TEXT NOT NULL,
-    r1cs TEXT
+    r1cs TEXT,
+    wasm TEXT
 );
 CREATE TABLE IF NOT EXISTS circuit_peaks (
     circuit     TEXT PRIMARY KEY,
@@ -167,6 +168,8 @@ class Journal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")  # a committed submit survives power loss, not only a crash
         self._db.executescript(SCHEMA)
+        if "wasm" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:  # a journal from before .wasm keys
+            self._db.execute("ALTER TABLE keys ADD COLUMN wasm TEXT")
         self._remove_orphan_witnesses()
 
     def close(self) -> None:
@@ -395,19 +398,20 @@ class Journal:
         )
 
     # ---- registered keys and learned peaks (so a restart remembers them) ----------------
-    def save_key(self, name: str, path: str, r1cs: str | None = None) -> None:
+    def save_key(self, name: str, path: str, r1cs: str | None = None, wasm: str | None = None) -> None:
         with self._lock:
-            self._db.execute("INSERT INTO keys (name, path, r1cs) VALUES (?, ?, ?) "
-                             "ON CONFLICT(name) DO UPDATE SET path = excluded.path, r1cs = excluded.r1cs", (name, path, r1cs))
+            self._db.execute("INSERT INTO keys (name, path, r1cs, wasm) VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE "
+                             "SET path = excluded.path, r1cs = excluded.r1cs, wasm = excluded.wasm", (name, path, r1cs, wasm))
 
     def forget_key(self, name: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM keys WHERE name = ?", (name,))
 
-    def saved_keys(self) -> dict[str, tuple[str, str | None]]:
-        """name → (zkey path, r1cs path or None)."""
+    def saved_keys(self) -> dict[str, tuple[str, str | None, str | None]]:
+        """name → (zkey path, r1cs path or None, wasm path or None)."""
         with self._lock:
-            return {name: (path, r1cs) for name, path, r1cs in self._db.execute("SELECT name, path, r1cs FROM keys ORDER BY name")}
+            rows = self._db.execute("SELECT name, path, r1cs, wasm FROM keys ORDER BY name")
+            return {name: (path, r1cs, wasm) for name, path, r1cs, wasm in rows}
 
     def save_peak(self, circuit: str, peak_bytes: int) -> int:
         """Keep the largest measured working-set peak per circuit; returns the stored value."""

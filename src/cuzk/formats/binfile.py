@@ -10,6 +10,7 @@ read-only memory map.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import struct
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -189,26 +191,37 @@ def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: I
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    sections = list(sections)
     try:
         with open(tmp, "wb") as f:
-            f.write(FILE_HEADER.pack(magic.encode(), version, len(sections)))
-            for stype, pieces in sections:
-                header_at = f.tell()
-                f.write(SECTION_HEADER.pack(stype, 0))
-                size = 0
-                for piece in pieces:
-                    buf = _as_le_bytes(piece)
-                    f.write(buf)
-                    size += buf.nbytes
-                end = f.tell()
-                f.seek(header_at)
-                f.write(SECTION_HEADER.pack(stype, size))
-                f.seek(end)
+            _write_container(f, magic, version, sections)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def binfile_bytes(magic: str, version: int, sections: Iterable[tuple[int, Iterable[Payload]]]) -> bytes:
+    """The bytes :func:`write_binfile` would write (for a container that goes over the wire, not to a file)."""
+    buf = io.BytesIO()
+    _write_container(buf, magic, version, sections)
+    return buf.getvalue()
+
+
+def _write_container(f: BinaryIO, magic: str, version: int, sections: Iterable[tuple[int, Iterable[Payload]]]) -> None:
+    sections = list(sections)
+    f.write(FILE_HEADER.pack(magic.encode(), version, len(sections)))
+    for stype, pieces in sections:
+        header_at = f.tell()
+        f.write(SECTION_HEADER.pack(stype, 0))
+        size = 0
+        for piece in pieces:
+            buf = _as_le_bytes(piece)
+            f.write(buf)
+            size += buf.nbytes
+        end = f.tell()
+        f.seek(header_at)
+        f.write(SECTION_HEADER.pack(stype, size))
+        f.seek(end)
 
 
 def _as_le_bytes(piece: Payload) -> memoryview:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..curves import Curve
-from .binfile import BinFile, n8_of, write_binfile
+from .binfile import BinFile, binfile_bytes, n8_of, write_binfile
 from .limbs import first_not_below, ints_to_limbs
 
 WTNS_VERSION = 2
@@ -60,6 +60,15 @@ def wtns_file_size(curve: Curve, n_values: int) -> int:
 
 def write_wtns(path: str | os.PathLike, curve: Curve, values: np.ndarray | Sequence[int]) -> None:
     """Write a witness as snarkjs does (version 2); ``values`` are ints or an (n, limbs) uint32 array, standard form."""
+    write_binfile(path, "wtns", WTNS_VERSION, _sections(curve, values))
+
+
+def wtns_bytes(curve: Curve, values: np.ndarray | Sequence[int]) -> bytes:
+    """The .wtns file :func:`write_wtns` writes, as bytes (a witness calculated in the daemon, on its way to the journal)."""
+    return binfile_bytes("wtns", WTNS_VERSION, _sections(curve, values))
+
+
+def _sections(curve: Curve, values: np.ndarray | Sequence[int]) -> list:
     n_limbs = curve.Fr.limbs32
     arr = values if isinstance(values, np.ndarray) else ints_to_limbs(values, n_limbs)
     if arr.dtype != np.uint32 or arr.ndim != 2 or arr.shape[1] != n_limbs:
@@ -69,4 +78,4 @@ def write_wtns(path: str | os.PathLike, curve: Curve, values: np.ndarray | Seque
         raise ValueError(f"witness value #{bad} is not reduced modulo the {curve.name} scalar field prime")
     n8 = n8_of(curve.r)
     header = n8.to_bytes(4, "little") + curve.r.to_bytes(n8, "little") + arr.shape[0].to_bytes(4, "little")
-    write_binfile(path, "wtns", WTNS_VERSION, [(HEADER, [header]), (VALUES, [arr.astype("<u4", copy=False)])])
+    return [(HEADER, [header]), (VALUES, [arr.astype("<u4", copy=False)])]

@@ -2,8 +2,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Mapping, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
@@ -58,20 +57,22 @@ class FileIdentity(_message.Message):
     def __init__(self, device: _Optional[int] = ..., inode: _Optional[int] = ..., size: _Optional[int] = ..., mtime_ns: _Optional[int] = ...) -> None: ...
 
 class SubmitProofRequest(_message.Message):
-    __slots__ = ("key", "witness", "witness_path", "witness_identity", "priority", "request_id")
+    __slots__ = ("key", "witness", "witness_path", "input_json", "witness_identity", "priority", "request_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
     WITNESS_FIELD_NUMBER: _ClassVar[int]
     WITNESS_PATH_FIELD_NUMBER: _ClassVar[int]
+    INPUT_JSON_FIELD_NUMBER: _ClassVar[int]
     WITNESS_IDENTITY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     key: KeyRef
     witness: bytes
     witness_path: str
+    input_json: str
     witness_identity: FileIdentity
     priority: Priority
     request_id: str
-    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., witness_path: _Optional[str] = ..., witness_identity: _Optional[_Union[FileIdentity, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, key: _Optional[_Union[KeyRef, _Mapping]] = ..., witness: _Optional[bytes] = ..., witness_path: _Optional[str] = ..., input_json: _Optional[str] = ..., witness_identity: _Optional[_Union[FileIdentity, _Mapping]] = ..., priority: _Optional[_Union[Priority, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SubmitProofResponse(_message.Message):
     __slots__ = ("job_id", "deduplicated")
@@ -79,7 +80,7 @@ class SubmitProofResponse(_message.Message):
     DEDUPLICATED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     deduplicated: bool
-    def __init__(self, job_id: _Optional[str] = ..., deduplicated: _Optional[bool] = ...) -> None: ...
+    def __init__(self, job_id: _Optional[str] = ..., deduplicated: bool = ...) -> None: ...
 
 class AwaitProofRequest(_message.Message):
     __slots__ = ("job_id", "timeout_s")
@@ -136,7 +137,7 @@ class CancelProofResponse(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     cancelled: bool
     state: JobState
-    def __init__(self, cancelled: _Optional[bool] = ..., state: _Optional[_Union[JobState, str]] = ...) -> None: ...
+    def __init__(self, cancelled: bool = ..., state: _Optional[_Union[JobState, str]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

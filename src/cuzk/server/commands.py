@@ -81,12 +81,14 @@ def _add_priority_option(p: argparse.ArgumentParser, help_text: str | None = Non
                    type=str.lower, help=help_text)
 
 
-def prove_with_daemon(args: argparse.Namespace) -> ProofResult:
-    """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>``; the zkey may also be a registered name."""
+def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None) -> ProofResult:
+    """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>`` (or ``fullprove --daemon``, whose witness,
+    calculated here, comes as ``witness``); the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _client(args) as client:  # a local daemon reads the witness file itself
-        result = client.prove(args.zkey, Path(args.wtns), priority=args.priority, timeout=args.timeout)
+    with _client(args) as client:  # a local daemon reads a witness file itself
+        result = client.prove(args.zkey, Path(args.wtns) if witness is None else witness, priority=args.priority,
+                              timeout=args.timeout)
     result.write(args.proof, args.public)
     return result
 

@@ -4,7 +4,9 @@
 [--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
 socket (mode 0600, no token: the file's permissions are the access control) and, when
 configured, TCP addresses that demand the bearer token — over TLS when ``tls_cert`` and
-``tls_key`` are configured (recommended: otherwise the token crosses the network in clear). Once everything listens,
+``tls_key`` are configured (recommended: otherwise the token crosses the network in clear); the
+HTTP listener (metrics, status, and ``POST /v1/prove/{key}`` behind the same token) serves
+HTTPS with the same certificate then. Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
 """
@@ -15,6 +17,7 @@ import argparse
 import logging
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -24,17 +27,24 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
 from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
+from ..proto import cuzk_pb2 as pb
+from ..proto import cuzk_pb2_grpc as pb_grpc
 from .auth import BearerTokenInterceptor
 from .http import StatusHttpServer
+from .http_prove import HttpProver
 from .metrics import DaemonMetrics
-from ..proto import cuzk_pb2_grpc as pb_grpc
 from .service import CuzkService
 
 log = logging.getLogger("cuzk.daemon")
+
+CUZK_SERVICE = pb.DESCRIPTOR.services_by_name["Cuzk"].full_name
+SERVICE_NAMES = (CUZK_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)  # what reflection lists
 
 DAEMON_FILE = Path("run") / "daemon.json"
 GRPC_THREADS = 64
@@ -59,6 +69,8 @@ class Daemon:
         self.engine.add_listener(self._on_state)
         self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
         self._servers: list[grpc.Server] = []
+        self._health = health.HealthServicer()  # grpc.health.v1 on every listener: NOT_SERVING until the engine runs
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
 
@@ -106,6 +118,7 @@ class Daemon:
             self.stop()
             raise
         self.engine.start()
+        self._set_health(health_pb2.HealthCheckResponse.SERVING)
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
             "started_at": self.started_at})
@@ -129,6 +142,8 @@ class Daemon:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
             pb_grpc.add_CuzkServicer_to_server(service, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+            reflection.enable_server_reflection(SERVICE_NAMES, server)
             for address in addresses:
                 if address.startswith("unix:"):
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +163,8 @@ class Daemon:
             self._servers.append(server)
         if self.config.http:
             try:
-                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
+                prover = HttpProver(self.engine, self.config.token, self.config.max_request)
+                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status, prover, self._tls_context()).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
 
@@ -161,11 +177,27 @@ class Daemon:
             raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
         return grpc.ssl_server_credentials([(key, chain)])
 
+    def _set_health(self, status: int) -> None:
+        for name in ("", CUZK_SERVICE):  # "": the server as a whole, as health probes ask by default
+            self._health.set(name, status)
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        """The HTTP listener's TLS, from the same certificate and key as the TCP gRPC listeners."""
+        if self.config.tls_cert is None:
+            return None
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.config.tls_cert, self.config.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"cannot load the TLS certificate or key for HTTP: {exc}") from exc
+        return context
+
     def stop(self) -> None:
         """Stop taking calls, stop the engine (work in flight stays journaled for the next one)."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
         # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
         self.engine.stop(timeout=SHUTDOWN_GRACE_S)

@@ -1,27 +1,43 @@
-"""HTTP side of the daemon: ``/metrics`` (Prometheus text) and ``/status`` (JSON), read-only.
+"""HTTP side of the daemon: ``/metrics`` (Prometheus text), ``/status`` (JSON), ``/healthz``, and
+``POST /v1/prove/{key}`` (``http_prove``: token-guarded proofs for clients without gRPC).
 
 Plain ``http.server`` on its own threads: scrapes are rare and small, and the gRPC
-listeners stay untouched by a slow scraper.
+listeners stay untouched by a slow scraper. With a TLS context it serves HTTPS (the
+handshake runs on the request's thread, never on the accepting one).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST
+
+from .http_prove import PROVE_PREFIX, Answer, HttpProver, error
 
 log = logging.getLogger("cuzk.http")
 
 
-class StatusHttpServer:
-    """Serve ``/metrics``, ``/status`` and ``/healthz`` on ``host:port`` (port 0 picks a free one)."""
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
 
-    def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]]):
+    def handle_error(self, request, client_address) -> None:
+        """A client that breaks off (or speaks plain HTTP to the TLS port) is its own business: one debug line, no traceback."""
+        log.debug("HTTP connection from %s ended badly", client_address, exc_info=True)
+
+
+class StatusHttpServer:
+    """Serve ``/metrics``, ``/status``, ``/healthz`` and, given a prover, ``POST /v1/prove/{key}`` on ``host:port``
+    (port 0 picks a free one)."""
+
+    def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]],
+                 prover: HttpProver | None = None, tls: ssl.SSLContext | None = None):
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         outer = self
@@ -42,9 +58,27 @@ class StatusHttpServer:
                     log.exception("HTTP %s failed", path)
                     self._send(500, "text/plain", f"error: {exc}\n".encode())
 
-            def _send(self, code: int, content_type: str, body: bytes) -> None:
+            def do_POST(self):  # noqa: N802
+                url = urlsplit(self.path)
+                if outer.prover is None or not url.path.startswith(PROVE_PREFIX) or len(url.path) == len(PROVE_PREFIX):
+                    return self._answer(error(404, "not found: POST /v1/prove/<key>"))
+                refusal = outer.prover.authorize(self.headers.get("Authorization"))
+                length = outer.prover.body_length(self.headers.get("Content-Length")) if refusal is None else refusal
+                if isinstance(length, Answer):
+                    self.close_connection = True  # the unread body must not be taken for the next request
+                    return self._answer(length)
+                body = self.rfile.read(length)
+                self._answer(outer.prover.prove(unquote(url.path[len(PROVE_PREFIX):]), self.headers.get("Content-Type", ""),
+                                                body, parse_qs(url.query)))
+
+            def _answer(self, answer: Answer) -> None:
+                self._send(answer.status, answer.content_type, answer.body, answer.headers)
+
+            def _send(self, code: int, content_type: str, body: bytes, headers: tuple[tuple[str, str], ...] = ()) -> None:
                 self.send_response(code)
                 self.send_header("Content-Type", content_type)
+                for name, value in headers:
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -54,8 +88,10 @@ class StatusHttpServer:
 
         self.metrics_text = metrics_text
         self.status = status
-        self._server = ThreadingHTTPServer((host, int(port)), Handler)
-        self._server.daemon_threads = True
+        self.prover = prover
+        self._server = _QuietServer((host, int(port)), Handler)
+        if tls is not None:
+            self._server.socket = tls.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         self._thread = threading.Thread(target=self._server.serve_forever, name="cuzk-http", daemon=True)
 
     @property

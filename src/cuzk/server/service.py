@@ -119,7 +119,13 @@ class CuzkService(pb_grpc.CuzkServicer):
     def _submit(self, request: pb.SubmitProofRequest) -> tuple[str, bool]:
         circuit = self._key_name(request.key)
         identity = None
-        if request.WhichOneof("witness_source") == "witness_path":
+        started = time.time()
+        source = request.WhichOneof("witness_source")
+        if source == "input_json":
+            job_id = self.engine.submit_input(circuit, request.input_json, priority_from_pb(request.priority),
+                                              request.request_id or None)
+            return job_id, bool(request.request_id) and self.engine.get(job_id).submitted_at < started
+        if source == "witness_path":
             witness = request.witness_path
             if request.HasField("witness_identity"):
                 i = request.witness_identity
@@ -132,8 +138,7 @@ class CuzkService(pb_grpc.CuzkServicer):
         else:
             witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
             if not witness:
-                raise ValueError("the request carries no witness (.wtns bytes or witness_path)")
-        started = time.time()
+                raise ValueError("the request carries no witness (.wtns bytes, witness_path or input_json)")
         try:
             job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None,
                                         witness_identity=identity)

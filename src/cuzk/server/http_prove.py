@@ -1,0 +1,129 @@
+"""``POST /v1/prove/{key}`` on the daemon's HTTP listener: proofs for clients without gRPC (curl, scripts),
+the way rapidsnark's proverServer is used.
+
+The body is ``{"input": {...}}`` (the circuit's input, for a key registered with its .wasm) or
+the .wtns file itself (``Content-Type: application/octet-stream``); ``priority`` and
+``request_id`` may ride along in the JSON, ``?timeout_s=`` bounds the wait. The answer is
+``{"proof": ..., "publicSignals": [...]}`` in snarkjs's layout (proof.json and public.json
+in one document), the job id in ``X-Cuzk-Job-Id``. The same bearer token as the TCP gRPC
+listeners guards it (over TLS when the daemon has a certificate); a daemon without a token
+does not prove over HTTP at all.
+
+Status codes: 400 the request's own fault (bad JSON, input the circuit rejects, a witness of
+another circuit, a job that failed on its witness), 401 no or wrong token, 403 proving over
+HTTP is off, 404 unknown key, 409 the job was cancelled, 411/413 body length missing or over
+``max_request``, 503 the daemon is shutting down, 504 not done within the timeout (the job
+keeps running), 507 the job could never fit in the memory budget, 500 an internal error.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from ..engine import AwaitTimeout, Engine, EngineStopped
+from ..engine.admission import JobTooLarge
+from ..engine.jobs import JobRecord, JobState, UnknownJobError
+from ..formats.json_io import dumps_like_snarkjs
+from ..keys.errors import UnknownKeyError
+from ..witness import parse_input_json
+from .auth import bearer_matches
+
+log = logging.getLogger("cuzk.http")
+
+PROVE_PREFIX = "/v1/prove/"
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+def error(status: int, message: str) -> Answer:
+    return Answer(status, dumps_like_snarkjs({"error": message}).encode())
+
+
+class HttpProver:
+    def __init__(self, engine: Engine, token: str | None, max_request: int):
+        self.engine = engine
+        self.token = token
+        self.max_request = max_request
+
+    def authorize(self, authorization: str | None) -> Answer | None:
+        """None when the caller may prove; else the refusal (checked before the body is read)."""
+        if self.token is None:
+            return error(403, "proving over HTTP is off: the daemon has no token (set token or token_file)")
+        if authorization is None or not bearer_matches(authorization, self.token):
+            return error(401, "missing or wrong bearer token (send 'Authorization: Bearer <token>')")
+        return None
+
+    def body_length(self, content_length: str | None) -> int | Answer:
+        """The body's length, or the refusal of a body that is unannounced or larger than the daemon takes."""
+        if content_length is None or not content_length.isdigit():
+            return error(411, "send the body with a Content-Length")
+        n = int(content_length)
+        if n > self.max_request:
+            return error(413, f"the body is {n} bytes, more than the daemon's max_request of {self.max_request}")
+        return n
+
+    def prove(self, key: str, content_type: str, body: bytes, query: dict[str, list[str]]) -> Answer:
+        try:
+            timeout = float(query.get("timeout_s", [DEFAULT_TIMEOUT_S])[0])
+            if not timeout > 0:
+                raise ValueError
+        except ValueError:
+            return error(400, f"timeout_s must be a positive number of seconds, got {query['timeout_s'][0]!r}")
+        try:
+            self.engine.check_fits(key)  # UnknownKeyError, JobTooLarge before any witness is calculated
+            if content_type.split(";")[0].strip() == "application/octet-stream":
+                job_id = self.engine.submit(key, body)
+            else:
+                request = _json_request(body)
+                job_id = self.engine.submit_input(key, request["input"], request.get("priority", "normal"),
+                                                  request.get("request_id"))
+            record = self.engine.await_result(job_id, timeout)
+        except Exception as exc:  # noqa: BLE001 — each kind is answered with its status; the daemon keeps serving
+            return _answer_for(exc)
+        return _answer_for_record(record)
+
+
+def _json_request(body: bytes) -> dict[str, Any]:
+    request = parse_input_json(body, source="request body")
+    unknown = sorted(set(request) - {"input", "priority", "request_id"})
+    if unknown:
+        raise ValueError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: input, priority, request_id)")
+    if not isinstance(request.get("input"), dict):
+        raise ValueError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
+                         "application/octet-stream)")
+    return request
+
+
+def _answer_for(exc: Exception) -> Answer:
+    if isinstance(exc, (UnknownKeyError, UnknownJobError)):
+        return error(404, str(exc))
+    if isinstance(exc, JobTooLarge):
+        return error(507, str(exc))
+    if isinstance(exc, EngineStopped):
+        return error(503, f"{exc} (the daemon is shutting down or restarting; retry)")
+    if isinstance(exc, AwaitTimeout):
+        return error(504, f"{exc}; it keeps running")
+    if isinstance(exc, (ValueError, OSError)):
+        return error(400, str(exc))
+    log.exception("HTTP prove failed")
+    return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _answer_for_record(record: JobRecord) -> Answer:
+    job = (("X-Cuzk-Job-Id", record.job_id),)
+    if record.state is JobState.DONE:
+        body = dumps_like_snarkjs({"proof": record.proof, "publicSignals": record.public_signals})
+        return Answer(200, body.encode(), headers=job)
+    if record.state is JobState.CANCELLED:
+        return Answer(409, error(409, f"job {record.job_id} was cancelled").body, headers=job)
+    status = 500 if (record.error or "").startswith("internal error") else 400
+    return Answer(status, error(status, f"job {record.job_id} failed: {record.error}").body, headers=job)

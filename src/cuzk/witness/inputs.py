@@ -1,0 +1,123 @@
+"""circom input JSON (snarkjs's input.json) read by snarkjs's rules.
+
+snarkjs parses the file with ``JSON.parse``, flattens every signal's value (nested arrays,
+row-major) and turns each leaf into a field element with ``BigInt(v) % p`` (negative values
+wrap to p − |v|; values ≥ p are reduced). So a leaf may be a JSON integer, ``true``/``false``,
+or a string ``BigInt`` accepts: decimal with an optional sign, ``0x``/``0o``/``0b``, blanks
+around it, "" for 0. Everything else (fractions, null, objects, "1e3", "12abc") is an error
+naming the signal and the position. One deliberate difference: a JSON *number* beyond 2^53 is
+refused, because JavaScript silently rounds it (snarkjs would prove another value); quoted,
+it is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: larger JSON numbers are rounded by JSON.parse
+
+# What BigInt(string) accepts, after trimming JavaScript's white space.
+_JS_SPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+_BIGINT_TEXT = re.compile(r"[+-]?[0-9]+|0[xX][0-9a-fA-F]+|0[oO][0-7]+|0[bB][01]+", re.ASCII)
+
+
+class InputError(ValueError):
+    """The inputs do not fit the circuit, or the circuit rejects them; the message names the signal or template."""
+
+
+@dataclass(frozen=True)
+class InputSignal:
+    name: str
+    values: tuple[int, ...]  # flattened, each reduced into [0, p)
+
+
+def parse_input_json(text: str | bytes, source: str = "input") -> dict[str, Any]:
+    """The JSON object of an input file, parsed as JSON.parse does (no NaN/Infinity; the last of repeated keys wins)."""
+
+    def no_constant(name: str):
+        raise InputError(f"{source}: {name} is not JSON")
+
+    try:
+        doc = json.loads(text, parse_constant=no_constant)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source}: not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{source}: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: must be a JSON object of signal name → value, not a {_json_kind(doc)}")
+    return doc
+
+
+def read_input_json(path: str | os.PathLike) -> dict[str, Any]:
+    """An input.json file's object."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    return parse_input_json(text, source=str(path))
+
+
+def input_signals(doc: Mapping[str, Any], prime: int) -> list[InputSignal]:
+    """Each signal of an input object, its value flattened and reduced modulo ``prime`` as snarkjs does."""
+    return [InputSignal(name, tuple(_field_element(where, leaf, prime) for where, leaf in _flatten(name, value)))
+            for name, value in doc.items()]
+
+
+def fnv1a_64(name: str) -> int:
+    """circom's signal-name hash (64-bit FNV-1a over the name's UTF-16 code units, as the JavaScript runtime hashes it)."""
+    h = 0xCBF29CE484222325
+    units = name.encode("utf-16-le")
+    for i in range(0, len(units), 2):
+        h ^= units[i] | units[i + 1] << 8
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def _flatten(where: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """Leaves in row-major order, each with its place (``grid[1][2]``)."""
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _flatten(f"{where}[{i}]", item)
+    else:
+        yield where, value
+
+
+def _field_element(place: str, leaf: Any, prime: int) -> int:
+    where = f"input {place}"
+    if isinstance(leaf, bool):
+        return int(leaf)
+    if isinstance(leaf, int):
+        if abs(leaf) > MAX_SAFE_INTEGER:
+            raise InputError(f"{where}: the JSON number {leaf} is beyond 2^53, where JavaScript (and so snarkjs) rounds it; "
+                             f"write it as a string: \"{leaf}\"")
+        return leaf % prime
+    if isinstance(leaf, float):
+        if not leaf.is_integer():
+            raise InputError(f"{where}: {leaf!r} is not an integer")
+        if abs(leaf) > MAX_SAFE_INTEGER:
+            raise InputError(f"{where}: the JSON number {leaf!r} is beyond 2^53, where it is rounded; write the exact integer as a string")
+        return int(leaf) % prime
+    if isinstance(leaf, str):
+        text = leaf.strip(_JS_SPACE)
+        if not text:
+            return 0  # BigInt("") is 0n
+        if not _BIGINT_TEXT.fullmatch(text):
+            raise InputError(f"{where}: {leaf!r} is not an integer (decimal, or 0x/0o/0b)")
+        return int(text, 0 if text[:2].lower() in ("0x", "0o", "0b") else 10) % prime
+    raise InputError(f"{where}: a {_json_kind(leaf)} is not a field element (a number, or a string of digits)")
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "JSON object"
+    if isinstance(value, list):
+        return "JSON array"
+    return type(value).__name__

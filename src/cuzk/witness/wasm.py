@@ -1,0 +1,235 @@
+"""Run circom's witness generator (the ``.wasm`` circom writes with ``--wasm``) in wasmtime.
+
+This drives the module as circom_runtime's ``witness_calculator.js`` does (circom 2's API):
+``init``; per input signal ``getInputSignalSize(hash)`` and, per value, the value's 32-bit
+words into the shared read/write buffer and ``setInputSignal(hash, index)`` — the circuit
+runs as its inputs arrive; then ``getWitness(i)`` for each witness value, read back from the
+shared buffer — by a few lines of WebAssembly of our own linked to the circuit's instance
+(``COPY_WITNESS_WAT``), since a call from Python costs far more than the call itself. The module's imports report errors: ``printErrorMessage`` hands over a line
+(``getMessageChar`` until 0) and ``exceptionHandler(code)`` aborts with circom's code.
+
+A compiled module is shared (thread-safe); every calculation gets a fresh instance, so
+calculations run in parallel and never see each other's signals.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import wasmtime
+
+from ..curves import Curve, UnknownCurveError, curve_by_r
+from ..formats.errors import FormatError
+from .inputs import InputError, fnv1a_64, input_signals
+
+# circom's exceptionHandler codes, as circom_runtime words them.
+EXCEPTIONS = {
+    1: "signal not found",
+    2: "too many signals set",
+    3: "signal already set",
+    4: "assert failed",
+    5: "not enough memory",
+    6: "input signal array access exceeds the size",
+}
+IMPORTS = ("exceptionHandler", "printErrorMessage", "writeBufferMessage", "showSharedRWMemory")
+EXPORTS = ("memory", "getFieldNumLen32", "getRawPrime", "getSharedRWMemoryStart", "readSharedRWMemory", "writeSharedRWMemory", "init",
+           "getInputSignalSize", "setInputSignal", "getInputSize", "getWitnessSize", "getWitness", "getMessageChar")
+
+_ENGINE = wasmtime.Engine()
+WASM_MEMORY_MAX = (1 << 32) - (1 << 16)  # bytes a 32-bit WebAssembly memory can grow to, in whole 64 KiB pages
+
+# Reads the witness out inside WebAssembly: getWitness(i) then n32 × readSharedRWMemory(j) per value, into this
+# module's own memory, read back at once. From Python each of those calls costs ~15 µs of wasmtime-py's argument
+# handling (half a second for 30,000 values); here they cost nanoseconds. Returns 0 when its memory cannot grow.
+COPY_WITNESS_WAT = r"""
+(module
+  (import "circuit" "getWitness" (func $getWitness (param i32)))
+  (import "circuit" "readSharedRWMemory" (func $read (param i32) (result i32)))
+  (memory (export "witness") 0)
+  (func (export "copyWitness") (param $n i32) (param $n32 i32) (result i32)
+    (local $i i32) (local $j i32) (local $at i32)
+    (if (i32.eq (memory.grow (i32.div_u (i32.add (i32.mul (i32.mul (local.get $n) (local.get $n32)) (i32.const 4))
+                                                 (i32.const 65535))
+                                         (i32.const 65536)))
+                (i32.const -1))
+      (then (return (i32.const 0))))
+    (block $done
+      (loop $values
+        (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
+        (call $getWitness (local.get $i))
+        (local.set $j (i32.const 0))
+        (block $words_done
+          (loop $words
+            (br_if $words_done (i32.ge_u (local.get $j) (local.get $n32)))
+            (i32.store (local.get $at) (call $read (local.get $j)))
+            (local.set $at (i32.add (local.get $at) (i32.const 4)))
+            (local.set $j (i32.add (local.get $j) (i32.const 1)))
+            (br $words)))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $values)))
+    (i32.const 1)))
+"""
+
+
+@functools.cache
+def _copy_witness_module() -> wasmtime.Module:
+    return wasmtime.Module(_ENGINE, COPY_WITNESS_WAT)
+
+
+class CircuitAbort(Exception):
+    """Raised inside the exceptionHandler import to unwind the module; the calculation reports it."""
+
+
+class WitnessCalculator:
+    """One circuit's witness generator: compile once, :meth:`calculate` any number of times (from any thread)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self._module = wasmtime.Module.from_file(_ENGINE, str(self.path))
+        except FileNotFoundError as exc:
+            raise FormatError(self.path, f"cannot open: {exc.strerror}") from None
+        except wasmtime.WasmtimeError as exc:
+            raise FormatError(self.path, f"not a WebAssembly module: {str(exc).splitlines()[0]}") from None
+        imports = {(i.module, i.name) for i in self._module.imports}
+        unknown = sorted(f"{m}.{n}" for m, n in imports if m != "runtime" or n not in IMPORTS)
+        if unknown:
+            raise FormatError(self.path, f"imports {', '.join(unknown)}: not a circom 2 witness generator")
+        missing = sorted(set(EXPORTS) - {e.name for e in self._module.exports})
+        if missing:
+            raise FormatError(self.path, f"lacks the exports {', '.join(missing)}: not a witness generator of circom 2 "
+                                         "(recompile the circuit with a current circom)")
+        run = _Run(self)
+        self.n32 = run.call("getFieldNumLen32")
+        run.call("getRawPrime")
+        self.prime = int.from_bytes(run.shared(self.n32), "little")
+        try:
+            self.curve: Curve = curve_by_r(self.prime)
+        except UnknownCurveError:
+            raise FormatError(self.path, f"the circuit's prime {self.prime} is the scalar field of no supported curve "
+                                         "(compile with circom --prime bn128 or bls12381)") from None
+        if self.n32 != self.curve.Fr.limbs32:
+            raise FormatError(self.path, f"{self.n32} words per field element, but {self.curve.name}'s take {self.curve.Fr.limbs32}")
+        self.witness_size = run.call("getWitnessSize")
+        self.input_size = run.call("getInputSize")
+        # What one calculation holds on the host: the instance's linear memory (circom sizes it when it compiles the
+        # circuit) and the witness three times over (the copier's memory, the array read from it, the .wtns bytes).
+        self.calculation_bytes = run.memory.data_len(run.store) + 3 * self.witness_size * 4 * self.n32
+
+    def calculate(self, inputs: Mapping[str, Any]) -> np.ndarray:
+        """The witness for an input object (parsed input.json): an (n, limbs) uint32 array, standard form.
+
+        Raises :class:`InputError` naming the signal for inputs that do not fit the circuit, and
+        naming circom's error (the template and line of a failed assert) when the circuit rejects them.
+        """
+        signals = input_signals(inputs, self.prime)
+        run = _Run(self)
+        run.call("init", 0)
+        n_set = 0
+        for signal in signals:
+            h = fnv1a_64(signal.name)
+            msb, lsb = _i32(h >> 32), _i32(h & 0xFFFFFFFF)
+            size = run.call("getInputSignalSize", msb, lsb)
+            if size < 0 or (size == 0 and signal.values):  # circom 2.2 answers 0 for an unknown name
+                raise InputError(f"input {signal.name!r} is not an input signal of the circuit")
+            if len(signal.values) != size:
+                raise InputError(f"input {signal.name!r} has {len(signal.values)} value{'s' * (len(signal.values) != 1)}; "
+                                 f"the circuit's signal takes {size}")
+            for i, value in enumerate(signal.values):
+                run.write_shared(value.to_bytes(4 * self.n32, "little"))
+                run.call("setInputSignal", msb, lsb, i)
+                n_set += 1
+        if n_set < self.input_size:
+            given = ", ".join(repr(s.name) for s in signals) or "none"
+            raise InputError(f"inputs missing: the circuit takes {self.input_size} input values, the input sets {n_set} "
+                             f"(signals given: {given})")
+        return run.witness(self.witness_size, self.n32)
+
+
+def _i32(word: int) -> int:
+    """A 32-bit word as the signed i32 wasm takes (JavaScript's ToInt32)."""
+    return word - (1 << 32) if word >= 1 << 31 else word
+
+
+class _Run:
+    """One instance of the module, with the host side of its imports (error lines collected here, never printed)."""
+
+    def __init__(self, calc: WitnessCalculator):
+        self.path = calc.path
+        self.store = wasmtime.Store(_ENGINE)
+        self.messages: list[str] = []
+        self.code: int | None = None
+        void = wasmtime.FuncType([], [])
+        host = {
+            "exceptionHandler": wasmtime.Func(self.store, wasmtime.FuncType([wasmtime.ValType.i32()], []), self._exception),
+            "printErrorMessage": wasmtime.Func(self.store, void, lambda: self.messages.append(self._message())),
+            "writeBufferMessage": wasmtime.Func(self.store, void, self._skip_message),
+            "showSharedRWMemory": wasmtime.Func(self.store, void, lambda: None),  # the value of a log() call
+        }
+        instance = wasmtime.Instance(self.store, calc._module, [host[i.name] for i in calc._module.imports])
+        self._exports = instance.exports(self.store)
+        self.memory: wasmtime.Memory = self._exports["memory"]
+        self._shared_at: int | None = None
+
+    def export(self, name: str) -> wasmtime.Func:
+        return self._exports[name]
+
+    def call(self, name: str, *args: int) -> Any:
+        return self.call_export(self._exports[name], name, *args)
+
+    def call_export(self, func: wasmtime.Func, name: str, *args: int) -> Any:
+        try:
+            return func(self.store, *args)
+        except (CircuitAbort, wasmtime.Trap, wasmtime.WasmtimeError) as exc:
+            # wasmtime re-raises a host function's exception through one process-wide slot, so under
+            # concurrent calculations the exception seen here may be another's: judge by this run's own record.
+            if self.code is None:
+                raise FormatError(self.path, f"the witness generator trapped in {name}: {str(exc).splitlines()[0]}") from None
+            what = EXCEPTIONS.get(self.code, f"error code {self.code}")
+            detail = " ".join(m.strip() for m in self.messages if m.strip())
+            raise InputError(f"the circuit rejects the input: {what}"
+                             + (f": {detail}" if detail else "")) from None
+
+    def shared(self, n32: int) -> bytes:
+        at = self._shared_start()
+        return bytes(self.memory.read(self.store, at, at + 4 * n32))
+
+    def witness(self, n: int, n32: int) -> np.ndarray:
+        """The ``n`` witness values, copied out by :data:`COPY_WITNESS_WAT` in one call."""
+        if n * n32 * 4 > WASM_MEMORY_MAX:
+            raise FormatError(self.path, f"a witness of {n} values is more than a WebAssembly memory holds")
+        copier = wasmtime.Instance(self.store, _copy_witness_module(), [self._exports["getWitness"],
+                                                                        self._exports["readSharedRWMemory"]])
+        exports = copier.exports(self.store)
+        if not self.call_export(exports["copyWitness"], "getWitness", n, n32):
+            raise MemoryError(f"no room for a witness of {n} values in a WebAssembly memory")
+        values = exports["witness"].read(self.store, 0, n * n32 * 4)
+        return np.frombuffer(bytes(values), dtype="<u4").reshape(n, n32)
+
+    def write_shared(self, data: bytes) -> None:
+        self.memory.write(self.store, data, self._shared_start())
+
+    def _shared_start(self) -> int:
+        if self._shared_at is None:
+            self._shared_at = self.call("getSharedRWMemoryStart")
+        return self._shared_at
+
+    def _exception(self, code: int) -> None:
+        self.code = code
+        raise CircuitAbort(code)
+
+    def _skip_message(self) -> None:
+        """A circom ``log()`` line: drained from the module, not ours to print."""
+        self._message()
+
+    def _message(self) -> str:
+        get_char = self._exports["getMessageChar"]
+        chars = []
+        while (c := get_char(self.store)) != 0:
+            chars.append(chr(c))
+        return "".join(chars)

@@ -1,0 +1,232 @@
+"""The daemon proves from the circuit's input: a key registered with its .wasm takes input JSON over gRPC and over
+HTTP (POST /v1/prove/{key}); every bad request is answered with its own error and status, and the daemon keeps serving."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import load_json, snarkjs_verify
+from cuzk.client import DaemonError
+from cuzk.engine import Engine, EngineConfig
+from cuzk.engine.admission import JobTooLarge
+from cuzk.formats.wtns import wtns_bytes
+from cuzk.memory.budget import MemoryBudget
+from cuzk.server.http_prove import HttpProver
+from cuzk.witness import InputError, WitnessCalculator
+from test_daemon import TOKEN, DaemonProcess
+from test_witness import CHECKS_WASM, FIXTURES, GRID, REJECTED
+
+GOOD = {"grid": GRID, "x": 2}
+GOOD_PUBLIC = ["11", "2"]  # sum = 2+1+1+1+1+1 + x², then x
+
+
+@pytest.fixture(scope="module")
+def checks_key(tmp_path_factory) -> tuple[Path, Path]:
+    """A test-only key for the fixture circuit: (zkey, verification key)."""
+    from cuzk.cli import main as cli_main
+
+    d = tmp_path_factory.mktemp("checks")
+    zkey, vkey = d / "checks.zkey", d / "verification_key.json"
+    assert cli_main(["setup", str(FIXTURES / "checks.r1cs"), str(zkey), "--vkey", str(vkey), "--backend", "cpu"]) == 0
+    return zkey, vkey
+
+
+@pytest.fixture(scope="module")
+def daemon(checks_key):
+    zkey, _ = checks_key
+    d = DaemonProcess({"checks": zkey, "nowasm": zkey}, tcp=True, engine={"wasm": {"checks": str(CHECKS_WASM)}})
+    try:
+        yield d
+        assert d.stop() == 0, d.log_text()
+    finally:
+        if d.proc.poll() is None:
+            d.proc.kill()
+        d.cleanup()
+
+
+def check_proof(proof: dict, public: list[str], vkey: Path, tmp_path: Path) -> None:
+    (tmp_path / "proof.json").write_text(json.dumps(proof))
+    (tmp_path / "public.json").write_text(json.dumps(public))
+    assert public == GOOD_PUBLIC
+    assert snarkjs_verify(vkey, tmp_path / "public.json", tmp_path / "proof.json")
+
+
+# -- gRPC -------------------------------------------------------------------------------------------
+
+def test_grpc_input_is_proved_and_verifies_with_snarkjs(daemon, checks_key, tmp_path):
+    with daemon.client() as client:
+        result = client.prove("checks", input=GOOD, timeout=120)
+    check_proof(result.proof, result.public_signals, checks_key[1], tmp_path)
+
+
+def test_grpc_bad_inputs_are_the_requests_errors_and_the_daemon_keeps_serving(daemon, checks_key, tmp_path):
+    with daemon.client() as client:
+        for name in ("missing signal", "unknown signal", "too many values", "fraction", "circom assert"):
+            doc, message = REJECTED[name]
+            with pytest.raises(DaemonError) as exc:
+                client.submit("checks", input=doc)
+            assert exc.value.code == "INVALID_ARGUMENT" and message in str(exc.value), name
+        with pytest.raises(DaemonError, match="not JSON") as exc:
+            client.submit("checks", input='{"x": ')
+        with pytest.raises(DaemonError, match="key 'nowasm' has no witness generator") as exc:
+            client.submit("nowasm", input=GOOD)
+        assert exc.value.code == "INVALID_ARGUMENT"
+        for both_or_neither in ({}, {"witness": b"wtns", "input": GOOD}):
+            with pytest.raises(ValueError, match="give a witness or the circuit's input"):
+                client.submit("checks", **both_or_neither)
+        result = client.prove("checks", input=json.dumps(GOOD), timeout=120)  # JSON text is taken as is
+    check_proof(result.proof, result.public_signals, checks_key[1], tmp_path)
+
+
+# -- HTTP -------------------------------------------------------------------------------------------
+
+def post(daemon: DaemonProcess, key: str, body: bytes, *, token: str | None = TOKEN,
+         content_type: str = "application/json", length: int | None = None) -> tuple[int, dict, dict]:
+    """POST /v1/prove/<key>; (status, JSON body, headers)."""
+    host, port = daemon.http.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.putrequest("POST", f"/v1/prove/{key}")
+        conn.putheader("Content-Type", content_type)
+        conn.putheader("Content-Length", str(len(body) if length is None else length))
+        if token is not None:
+            conn.putheader("Authorization", f"Bearer {token}")
+        conn.endheaders(body if length is None else b"")
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read()), dict(resp.getheaders())
+    finally:
+        conn.close()
+
+
+def test_http_input_proof_is_snarkjs_layout_and_verifies(daemon, checks_key, tmp_path):
+    status, body, headers = post(daemon, "checks", json.dumps({"input": GOOD}).encode())
+    assert status == 200, body
+    assert list(body) == ["proof", "publicSignals"] and headers["X-Cuzk-Job-Id"]
+    assert body["proof"]["protocol"] == "groth16" and body["proof"]["curve"] == "bn128"
+    check_proof(body["proof"], body["publicSignals"], checks_key[1], tmp_path)
+
+
+def test_http_witness_upload(daemon, checks_key, tmp_path):
+    calculator = WitnessCalculator(CHECKS_WASM)
+    witness = wtns_bytes(calculator.curve, calculator.calculate(GOOD))
+    status, body, _ = post(daemon, "nowasm", witness, content_type="application/octet-stream")
+    assert status == 200, body
+    check_proof(body["proof"], body["publicSignals"], checks_key[1], tmp_path)
+
+
+@pytest.mark.parametrize("case, key, body, status, message", [
+    ("unknown key", "nope", {"input": GOOD}, 404, "nope"),
+    ("missing signal", "checks", {"input": REJECTED["missing signal"][0]}, 400, REJECTED["missing signal"][1]),
+    ("circom assert", "checks", {"input": REJECTED["circom assert"][0]}, 400, "assert failed: Error in template Checks_0"),
+    ("no input field", "checks", {"inputs": GOOD}, 400, "unknown field(s) 'inputs'"),
+    ("key without wasm", "nowasm", {"input": GOOD}, 400, "has no witness generator"),
+])
+def test_http_bad_requests_get_their_status(daemon, case, key, body, status, message):
+    got, answer, _ = post(daemon, key, json.dumps(body).encode())
+    assert got == status and message in answer["error"], (case, answer)
+
+
+def test_http_refusals_before_the_body_is_read(daemon):
+    body = json.dumps({"input": GOOD}).encode()
+    assert post(daemon, "checks", body, token=None)[:2] == (401, {"error": "missing or wrong bearer token (send 'Authorization: Bearer <token>')"})
+    assert post(daemon, "checks", body, token="x" * 32)[0] == 401
+    status, answer, _ = post(daemon, "checks", b"", length=1 << 40)
+    assert status == 413 and "max_request" in answer["error"]
+    status, answer, _ = post(daemon, "checks", b"not json")
+    assert status == 400 and answer["error"].startswith("request body: not JSON")
+    assert post(daemon, "checks", json.dumps({"input": GOOD}).encode())[0] == 200  # still serving
+
+
+# -- the engine's answers that a live daemon cannot be made to give on cue -----------------------------
+
+def test_http_prover_answers_507_for_a_key_that_can_never_fit_and_503_once_stopping(checks_key, tmp_path):
+    zkey, _ = checks_key
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False, key_idle_evict_s=0),
+                    budget=MemoryBudget(1 << 12))  # less than the key itself
+    engine.register_key("checks", zkey, wasm_path=CHECKS_WASM)
+    engine.start()
+    prover = HttpProver(engine, TOKEN, 1 << 20)
+    body = json.dumps({"input": GOOD}).encode()
+    try:
+        answer = prover.prove("checks", "application/json", body, {})
+        assert answer.status == 507 and b"never run here" in answer.body
+    finally:
+        engine.stop()
+    assert prover.prove("checks", "application/json", body, {}).status == 503
+
+
+def test_a_wasm_of_another_circuit_is_refused_at_registration(checks_key, tmp_path):
+    from conftest import corpus_dir
+
+    toy = corpus_dir("toy_multiplier")
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    try:
+        with pytest.raises(ValueError, match="not this key's circuit"):
+            engine.register_key("checks", checks_key[0], wasm_path=toy / "circuit.wasm")
+        assert "checks" not in engine.keys.names()
+    finally:
+        engine.stop()
+
+
+def test_engine_input_errors_are_input_errors(checks_key, tmp_path):
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    engine.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    try:
+        with pytest.raises(InputError, match="line: 16"):
+            engine.submit_input("checks", REJECTED["circom assert"][0])
+        assert engine.list_jobs() == []
+    finally:
+        engine.stop()
+
+
+def test_the_witness_calculation_holds_a_reservation_while_it_runs(checks_key, tmp_path):
+    calculator = WitnessCalculator(CHECKS_WASM)
+    small = Engine(EngineConfig(data_dir=tmp_path / "small", backend="cpu", reconcile=False),
+                   budget=MemoryBudget(calculator.calculation_bytes - 1))
+    small.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    try:
+        with pytest.raises(JobTooLarge, match="calculating a witness of 'checks'.*never run here"):
+            small.submit_input("checks", GOOD)
+    finally:
+        small.stop()
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    engine.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    try:
+        engine.submit_input("checks", GOOD)  # not started: the job stays queued, the calculation is over
+        assert engine.budget.snapshot()["by_category"]["transient"]["bytes"] == 0
+    finally:
+        engine.stop()
+
+
+def test_cli_fullprove_with_daemon_calculates_here_and_proves_there(daemon, checks_key, tmp_path):
+    from cuzk.cli import main as cli_main
+
+    inp, proof, public = tmp_path / "input.json", tmp_path / "p.json", tmp_path / "pub.json"
+    inp.write_text(json.dumps(GOOD))
+    assert cli_main(["fullprove", str(inp), str(CHECKS_WASM), "nowasm", str(proof), str(public), "--daemon", f"unix:{daemon.socket}"]) == 0
+    assert load_json(public) == GOOD_PUBLIC
+    assert snarkjs_verify(checks_key[1], public, proof)
+
+
+def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False)
+    first = Engine(config, budget=MemoryBudget(1 << 30))
+    first.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    first.stop()
+    again = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False), budget=MemoryBudget(1 << 30))
+    try:
+        assert again.submit_input("checks", GOOD)  # journaled: the .wasm came back with the key
+    finally:
+        again.stop()
+
+
+def test_http_request_id_and_priority(daemon):
+    body = json.dumps({"input": GOOD, "priority": "high", "request_id": "http-once"}).encode()
+    first, second = post(daemon, "checks", body), post(daemon, "checks", body)
+    assert first[0] == second[0] == 200 and first[2]["X-Cuzk-Job-Id"] == second[2]["X-Cuzk-Job-Id"]
+    status, answer, _ = post(daemon, "checks", json.dumps({"input": GOOD, "priority": "urgent"}).encode())
+    assert status == 400 and "unknown priority 'urgent'" in answer["error"]

@@ -1,0 +1,205 @@
+"""Witnesses from inputs: circom's .wasm run in wasmtime must give snarkjs's .wtns byte for byte, and refuse
+what snarkjs refuses (and only that), each refusal naming the signal or the circuit's template."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import CORPUS_CIRCUITS, SNARKJS, corpus_dir, load_json, snarkjs_available, snarkjs_verify
+from cuzk.cli import main as cli_main
+from cuzk.formats.errors import FormatError
+from cuzk.formats.wtns import write_wtns
+from cuzk.witness import InputError, WitnessCalculator, parse_input_json
+from cuzk.witness.inputs import fnv1a_64
+
+FIXTURES = Path(__file__).parent / "fixtures" / "witness"
+CHECKS_WASM = FIXTURES / "checks.wasm"  # grid[2][3], x; assert(x != 13); x*x === grid[0][0]^2
+WASM_CIRCUITS = [c for c in CORPUS_CIRCUITS if (corpus_dir(c) / "circuit.wasm").exists()] if CORPUS_CIRCUITS else []
+P = 21888242871839275222246405745257275088548364400416034343698204186575808495617  # BN254's r
+
+
+@pytest.fixture(scope="module")
+def checks() -> WitnessCalculator:
+    return WitnessCalculator(CHECKS_WASM)
+
+
+@pytest.mark.parametrize("circuit", WASM_CIRCUITS or [pytest.param(None, marks=pytest.mark.skip(reason="no corpus"))])
+def test_cli_witness_equals_snarkjs_witness_byte_for_byte(circuit, tmp_path):
+    d = corpus_dir(circuit)
+    out = tmp_path / "w.wtns"
+    assert cli_main(["wtns", "calculate", str(d / "circuit.wasm"), str(d / "input.json"), str(out)]) == 0
+    assert out.read_bytes() == (d / "witness.wtns").read_bytes()
+
+
+def test_fullprove_proof_verifies_with_snarkjs(tmp_path):
+    d = corpus_dir("toy_multiplier")
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    args = [str(d / "input.json"), str(d / "circuit.wasm"), str(d / "circuit.zkey"), str(proof), str(public)]
+    assert cli_main(["fullprove", *args, "--backend", "cpu"]) == 0
+    assert load_json(public) == load_json(d / "public.json")
+    assert snarkjs_verify(d / "verification_key.json", public, proof)
+
+
+def test_fullprove_bad_input_is_one_line_and_no_files(tmp_path, capsys):
+    d = corpus_dir("toy_multiplier")
+    bad = tmp_path / "input.json"
+    bad.write_text('{"a": 3, "b": 11}')
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    assert cli_main(["fullprove", str(bad), str(d / "circuit.wasm"), str(d / "circuit.zkey"), str(proof), str(public)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: inputs missing: the circuit takes 3 input values, the input sets 2") and err.count("\n") == 1
+    assert not proof.exists() and not public.exists()
+
+
+GRID = [[2, 1, 1], [1, 1, 1]]
+# Inputs snarkjs accepts, each meaning grid = GRID and x = 2 (read as BigInt(v) mod p).
+SAME_AS_PLAIN = {
+    "decimal strings": {"grid": [["2", "1", "1"], ["1", "1", "1"]], "x": "2"},
+    "hex, octal, binary": {"grid": [["0x2", "0X1", "0o1"], ["0b1", 1, 1]], "x": "0B10"},
+    "blanks and a sign": {"grid": [[" 2\n", 1, 1], [1, 1, 1]], "x": "+2"},
+    "true is 1": {"grid": [[2, True, 1], [1, 1, 1]], "x": 2},
+    "integral floats": {"grid": [[2.0, 1, 1], [1, 1, 1]], "x": 2e0},
+    "values past p reduce": {"grid": [[str(P + 2), 1, 1], [1, 1, 1]], "x": 2},
+    "one flat list": {"grid": [2, 1, 1, 1, 1, 1], "x": 2},
+}
+# Inputs whose field elements differ from the plain ones but that snarkjs accepts.
+ACCEPTED_OTHER = {
+    "negatives wrap to p - v": {"grid": [[-2, 1, 1], [1, 1, 1]], "x": "-2"},
+    "empty string is 0": {"grid": [["", 1, 1], [1, 1, 1]], "x": 0},
+    "unknown signal with no values": {"grid": GRID, "x": 2, "unused": []},
+}
+REJECTED = {
+    "missing signal": ({"grid": GRID}, "inputs missing: the circuit takes 7 input values, the input sets 6 (signals given: 'grid')"),
+    "unknown signal": ({"grid": GRID, "x": 2, "y": 1}, "input 'y' is not an input signal of the circuit"),
+    "too few values": ({"grid": [[2, 1, 1], [1, 1]], "x": 2}, "input 'grid' has 5 values; the circuit's signal takes 6"),
+    "too many values": ({"grid": [[2, 1, 1], [1, 1, 1, 1]], "x": 2}, "input 'grid' has 7 values; the circuit's signal takes 6"),
+    "scalar for an array": ({"grid": 2, "x": 2}, "input 'grid' has 1 value; the circuit's signal takes 6"),
+    "fraction": ({"grid": [[2.5, 1, 1], [1, 1, 1]], "x": 2}, "input grid[0][0]: 2.5 is not an integer"),
+    "null": ({"grid": GRID, "x": None}, "input x: a null is not a field element"),
+    "object": ({"grid": [[2, {"v": 1}, 1], [1, 1, 1]], "x": 2}, "input grid[0][1]: a JSON object is not a field element"),
+    "exponent string": ({"grid": GRID, "x": "2e0"}, "input x: '2e0' is not an integer"),
+    "signed hex": ({"grid": [[2, 1, 1], [1, "-0x1", 1]], "x": 2}, "input grid[1][1]: '-0x1' is not an integer"),
+    "circom assert": ({"grid": [[13, 1, 1], [1, 1, 1]], "x": 13},
+                      "the circuit rejects the input: assert failed: Error in template Checks_0 line: 16"),
+    "broken ===": ({"grid": [[3, 1, 1], [1, 1, 1]], "x": 2},
+                   "the circuit rejects the input: assert failed: Error in template Checks_0 line: 19"),
+}
+
+
+def test_accepted_spellings_give_the_plain_witness(checks):
+    plain = checks.calculate({"grid": GRID, "x": 2})
+    for name, doc in SAME_AS_PLAIN.items():
+        assert np.array_equal(checks.calculate(doc), plain), name
+
+
+def test_negative_inputs_wrap_modulo_p(checks):
+    w = checks.calculate(ACCEPTED_OTHER["negatives wrap to p - v"])
+    public_x = int.from_bytes(w[2].tobytes(), "little")  # wire 1 = sum, wire 2 = x
+    assert public_x == P - 2
+
+
+@pytest.mark.parametrize("name", REJECTED)
+def test_rejected_inputs_name_what_is_wrong(checks, name):
+    doc, message = REJECTED[name]
+    with pytest.raises(InputError) as exc:
+        checks.calculate(doc)
+    assert str(exc.value).startswith(message)
+
+
+def test_json_number_beyond_2_53_is_refused_not_rounded(checks):
+    """JavaScript rounds 12345678901234567891 to 12345678901234567168: refused here, with the exact way to write it."""
+    with pytest.raises(InputError, match=r'beyond 2\^53.*write it as a string: "12345678901234567891"'):
+        checks.calculate(parse_input_json('{"grid": [[12345678901234567891, 1, 1], [1, 1, 1]], "x": 2}'))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[1, 2]", "input: must be a JSON object of signal name → value, not a JSON array"),
+    ('{"x": NaN}', "input: NaN is not JSON"),
+    ('{"x": ', "input: not JSON"),
+    (b'{"x": "\xff"}', "input: not UTF-8"),
+])
+def test_input_document_errors(text, message):
+    with pytest.raises(InputError) as exc:
+        parse_input_json(text)
+    assert str(exc.value).startswith(message)
+
+
+def _snarkjs_wtns(tmp_path: Path, doc) -> bytes | None:
+    """snarkjs's witness for ``doc`` on the fixture circuit, or None when snarkjs refuses it."""
+    inp, out = tmp_path / "input.json", tmp_path / "snarkjs.wtns"
+    inp.write_text(json.dumps(doc))
+    out.unlink(missing_ok=True)
+    res = subprocess.run([str(SNARKJS), "wtns", "calculate", str(CHECKS_WASM), str(inp), str(out)], capture_output=True, timeout=120)
+    return out.read_bytes() if res.returncode == 0 and out.exists() else None
+
+
+@pytest.mark.skipif(not snarkjs_available(), reason="snarkjs oracle not installed")
+def test_acceptance_matches_snarkjs(checks, tmp_path):
+    """Every accepted spelling gives snarkjs's bytes; everything refused here snarkjs refuses too."""
+    ours = tmp_path / "cuzk.wtns"
+    for name, doc in {"plain": {"grid": GRID, "x": 2}, **SAME_AS_PLAIN, **ACCEPTED_OTHER}.items():
+        write_wtns(ours, checks.curve, checks.calculate(doc))
+        assert _snarkjs_wtns(tmp_path, doc) == ours.read_bytes(), name
+    for name, (doc, _) in REJECTED.items():
+        assert _snarkjs_wtns(tmp_path, doc) is None, name
+
+
+def test_concurrent_calculations_keep_their_own_results_and_errors(checks):
+    """Each calculation has its own instance: threads mixing good and failing inputs each get their own outcome."""
+    good = checks.calculate({"grid": GRID, "x": 2})
+    outcomes: dict[int, object] = {}
+
+    def run(i: int) -> None:
+        doc = {"grid": GRID, "x": 2} if i % 2 else REJECTED["circom assert"][0]
+        try:
+            outcomes[i] = checks.calculate(doc)
+        except InputError as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, outcome in outcomes.items():
+        if i % 2:
+            assert np.array_equal(outcome, good)
+        else:
+            assert isinstance(outcome, InputError) and "line: 16" in str(outcome)
+    assert len(outcomes) == 8
+
+
+def test_not_a_witness_generator(tmp_path):
+    junk = tmp_path / "junk.wasm"
+    junk.write_bytes(b"not wasm at all")
+    with pytest.raises(FormatError, match="not a WebAssembly module"):
+        WitnessCalculator(junk)
+    empty = tmp_path / "empty.wasm"
+    empty.write_bytes(b"\0asm\1\0\0\0")  # a valid module with nothing in it
+    with pytest.raises(FormatError, match="lacks the exports .*getWitness.*not a witness generator of circom 2"):
+        WitnessCalculator(empty)
+    with pytest.raises(FormatError, match="cannot open"):
+        WitnessCalculator(tmp_path / "absent.wasm")
+
+
+def test_signal_hash_is_circoms_fnv1a():
+    # Values from circom_runtime's fnvHash("a") and fnvHash("in").
+    assert fnv1a_64("a") == 0xAF63DC4C8601EC8C
+    assert fnv1a_64("in") == 0x08B73807B55C4BBE
+
+
+def test_cli_wtns_calculate_errors_are_one_line(tmp_path, capsys):
+    out = tmp_path / "w.wtns"
+    assert cli_main(["wtns", "calculate", str(CHECKS_WASM), str(tmp_path / "absent.json"), str(out)]) == 1
+    assert capsys.readouterr().err == f"error: {tmp_path / 'absent.json'}: cannot open: No such file or directory\n"
+    bad = tmp_path / "input.json"
+    bad.write_text('{"grid": [[2, 1, 1], [1, 1, 1]], "x": "two"}')
+    assert cli_main(["wtns", "calculate", str(CHECKS_WASM), str(bad), str(out)]) == 1
+    assert capsys.readouterr().err == "error: input x: 'two' is not an integer (decimal, or 0x/0o/0b)\n"
+    assert not out.exists()
