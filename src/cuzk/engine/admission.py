@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..keys.host import KeyTier, footprint
+from ..keys.host import KeyTier
 from ..keys.manager import KeyLease, KeyManager
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.process import PeakProbe, return_free_heap
@@ -125,12 +125,12 @@ class Admission:
         with self._admitting:
             job.checkpoint()
             workset = self.working_set(job.circuit)
-            self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit))
+            self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit))  # at its home tier
             t_key = time.perf_counter()
             lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
             try:
                 key_load = time.perf_counter() - t_key  # waiting for room for the key and loading it; ~0 when resident
-                self._check_fits(job.circuit, workset, footprint(lease.header, lease.tier))  # it may be at another tier already
+                self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit, lease.tier))  # it may be at another tier already
                 reservation = self._reserve(job, workset)
             except BaseException:
                 lease.release()
@@ -144,10 +144,12 @@ class Admission:
         runtime = self._runtime.nbytes if self._runtime is not None else 0  # the process itself: never given back
         if key_bytes + workset.total_bytes > self.budget.total_bytes - runtime:
             beside = f" beside the engine's own {format_size(runtime)}" if runtime else ""
+            devices = self.keys.why_not_on_devices(circuit) if self.on_device else ""
+            vram = f", and its key cannot be homed in VRAM instead ({devices})" if devices else ""
             raise JobTooLarge(
                 f"circuit {circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(workset.total_bytes)} "
-                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}; it can "
-                "never run here (raise the memory limit or the budget)")
+                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}{vram}; "
+                "it can never run here (raise the memory limit or the budget)")
 
     def _reserve(self, job: LiveJob, workset: WorkingSet) -> Reservation:
         label = f"job {job.id[:8]} ({job.circuit})"
@@ -165,7 +167,7 @@ class Admission:
                 other.overlapped = True
             # Not its own peak: another job beside it, a warm key (its page-ins would count), or the
             # circuit's first run in this process (numba's JIT and caches allocate then, once).
-            grant.overlapped = (bool(self._running) or grant.lease.tier is not KeyTier.HOT
+            grant.overlapped = (bool(self._running) or grant.lease.tier not in (KeyTier.HOT, KeyTier.DEVICE)
                                 or grant.circuit not in self._seen_circuits)
             self._seen_circuits.add(grant.circuit)
             self._running.add(grant)

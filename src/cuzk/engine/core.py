@@ -133,9 +133,12 @@ class Engine:
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
             self.backends = backends if backends is not None else make_backends(config)
             on_device = any(is_device_backend(b) for b in self.backends)
+            if config.key_home == "device" and not on_device:
+                raise ValueError("key_home = \"device\" needs a device backend (CUDA); this engine proves on the CPU")
             # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
-                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator())
+                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator(),
+                                   key_home=config.key_home)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
@@ -465,5 +468,6 @@ class Engine:
             "config": {"backend": [b.name for b in self.backends], "verify": self.config.verify,
                        "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
                        "key_tier": self.config.key_tier,
+                       "key_home": self.config.key_home,
                        "data_dir": str(self.config.data_dir)},
         }
