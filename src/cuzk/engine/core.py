@@ -36,8 +36,9 @@ The API, all thread-safe:
   satisfaction before any MSM. ``preload(name, tier=None)``, ``evict(name) -> bytes``.
 - ``status() -> dict`` — budget by category, reconciler reading, keys and tiers, jobs by
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
-- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
-  measures one itself when a job runs alone); later reservations for it use the larger.
+- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit on the path its
+  jobs take (admission measures one itself when a job runs alone); later reservations for it
+  are calibrated into [1, 1.2]× the largest.
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
   state change, before the worker's next cancellation check (observers, streaming status).
 
@@ -315,11 +316,12 @@ class Engine:
         return self.keys.evict(name)
 
     def working_set(self, circuit: str) -> WorkingSet:
-        """The host reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak)."""
+        """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""
         return self.admission.working_set(circuit)
 
     def record_peak(self, circuit: str, nbytes: int) -> int:
-        """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
+        """Remember a measured working-set peak for ``circuit`` on the path its jobs take now (the largest is kept);
+        returns the stored value."""
         return self.admission.record_peak(circuit, nbytes)
 
     # ---- jobs -------------------------------------------------------------------------------

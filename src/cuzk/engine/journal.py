@@ -62,10 +62,13 @@ CREATE TABLE IF NOT EXISTS keys (
     path TEXT NOT NULL,
     r1cs TEXT
 );
-CREATE TABLE IF NOT EXISTS circuit_peaks (
-    circuit     TEXT PRIMARY KEY,
+DROP TABLE IF EXISTS circuit_peaks;
+CREATE TABLE IF NOT EXISTS working_set_peaks (
+    circuit     TEXT NOT NULL,
+    path        TEXT NOT NULL,
     peak_bytes  INTEGER NOT NULL,
-    measured_at REAL NOT NULL
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (circuit, path)
 );
 """
 
@@ -409,16 +412,21 @@ class Journal:
         with self._lock:
             return {name: (path, r1cs) for name, path, r1cs in self._db.execute("SELECT name, path, r1cs FROM keys ORDER BY name")}
 
-    def save_peak(self, circuit: str, peak_bytes: int) -> int:
-        """Keep the largest measured working-set peak per circuit; returns the stored value."""
+    def save_peak(self, circuit: str, path: str, peak_bytes: int) -> int:
+        """Keep the largest measured working-set peak per circuit and proving path (``prover.sizing.proving_path``);
+        returns the stored value."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO circuit_peaks (circuit, peak_bytes, measured_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(circuit) DO UPDATE SET peak_bytes = MAX(peak_bytes, excluded.peak_bytes), measured_at = excluded.measured_at",
-                (circuit, int(peak_bytes), time.time()),
+                "INSERT INTO working_set_peaks (circuit, path, peak_bytes, measured_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(circuit, path) DO UPDATE SET peak_bytes = MAX(peak_bytes, excluded.peak_bytes), "
+                "measured_at = excluded.measured_at",
+                (circuit, path, int(peak_bytes), time.time()),
             )
-            return self._db.execute("SELECT peak_bytes FROM circuit_peaks WHERE circuit = ?", (circuit,)).fetchone()[0]
+            return self._db.execute("SELECT peak_bytes FROM working_set_peaks WHERE circuit = ? AND path = ?",
+                                    (circuit, path)).fetchone()[0]
 
-    def saved_peaks(self) -> dict[str, int]:
+    def saved_peaks(self) -> dict[tuple[str, str], int]:
+        """(circuit, proving path) → the largest peak measured."""
         with self._lock:
-            return dict(self._db.execute("SELECT circuit, peak_bytes FROM circuit_peaks").fetchall())
+            rows = self._db.execute("SELECT circuit, path, peak_bytes FROM working_set_peaks").fetchall()
+        return {(circuit, path): peak for circuit, path, peak in rows}
