@@ -93,7 +93,7 @@ from ..formats.wtns import read_wtns
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
-from ..memory.limits import read_limits
+from ..memory.limits import read_limits, read_rss_bytes
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
 from ..memory.probe import load_saved_probes
@@ -127,8 +127,10 @@ class Engine:
             self.runtime: RuntimeReservation | None = None
             if budget is None:
                 budget, reconciler = self._plan_budget()
-                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size).
-                self.runtime = RuntimeReservation(budget)
+                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size): what
+                # the kernel charges for it, so the file-backed pages another cgroup was charged for are not reserved.
+                charged = read_rss_bytes if reconciler is None else (lambda: min(read_rss_bytes(), reconciler.measure()))
+                self.runtime = RuntimeReservation(budget, rss=charged)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
