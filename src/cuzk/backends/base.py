@@ -130,6 +130,11 @@ class DeviceBackend(Backend, Protocol):
         iterable of them; the caller has checked their indices): the host holds one chunk at a time."""
         ...
 
+    def coefficient_layout_scratch_bytes(self, curve: Curve, domain_size: int, chunk_bytes: int) -> int:
+        """Device bytes ``upload_coefficients_from`` needs beside the layout while building it from chunks of at most
+        ``chunk_bytes`` (freed when it returns)."""
+        ...
+
     def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):
         """Synthesis on the device: (A·w, B·w) in Montgomery form from resident ``coeffs`` and the witness ``w``
         (standard form), as ``backends.cpu.synth.evaluate_ab`` computes them; device arrays for a device ``w``."""

@@ -256,15 +256,17 @@ class DeviceKeys:
         """Load a device-homed key from its file once its bases, coefficients and a proof fit (its caller is the only
         one loading ``name`` here)."""
         header, vram = home.header, self.backend.vram
-        need = bases_bytes(header) + coefficient_bytes(header) + proof_vram_bytes(header, self.backend,
-                                                                                 vectors_reserved=vectors_reserved)
+        beside = max(proof_vram_bytes(header, self.backend, vectors_reserved=vectors_reserved),  # the proof, after it
+                     self.backend.coefficient_layout_scratch_bytes(header.curve, header.domain_size, home.ring.chunk_bytes))
+        need = bases_bytes(header) + coefficient_bytes(header) + beside
         t0 = time.perf_counter()
         while True:
             room = vram.reserve_when_free(need, f"room for key {name}", cancelled)
             if room is None:
                 if need > vram.total_bytes:
                     raise DeviceKeyTooLarge(
-                        f"key {name!r}: bases, coefficients and a proof need {format_size(need)} of VRAM, more than "
+                        f"key {name!r}: bases, coefficients and a proof (or the coefficients' layout being built) need "
+                        f"{format_size(need)} of VRAM, more than "
                         f"device {self.device}'s whole budget of {format_size(vram.total_bytes)}")
                 raise KeyLoadCancelled(f"cancelled while waiting for device {self.device}'s VRAM to load key {name}")
             room.release()  # the load reserves each array itself; another lane taking the room first means waiting again

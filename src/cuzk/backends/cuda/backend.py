@@ -130,6 +130,9 @@ class CudaBackend:
     def upload_coefficients_from(self, curve: Curve, n: int, n_vars: int, domain_size: int, passes) -> DeviceCoefficients:
         return self.synthesis.upload_from(curve, n, n_vars, domain_size, passes)
 
+    def coefficient_layout_scratch_bytes(self, curve: Curve, domain_size: int, chunk_bytes: int) -> int:
+        return self.synthesis.layout_scratch_bytes(curve, domain_size, chunk_bytes)
+
     @on_device
     def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):
         return self.synthesis.evaluate(curve, coeffs, w)

@@ -24,6 +24,16 @@ LONG_ROW_THREADS = 256  # a power of two (synth.cu's tree reduction)
 UPLOAD_CHUNK_ENTRIES = 1 << 20
 
 
+_ROWS_SCRATCH = 24  # per row: its count, a chunk's count and their sum (int64 each) while the cursors are made
+
+
+def _chunk_scratch(m: int, record: int) -> int:
+    """Device bytes of one chunk of ``m`` entries in the layout's build: the entries, their gathered signals and values
+    and a dozen 8-byte temporaries per entry — twice, since the previous chunk's arrays are still referenced while the
+    next one is staged."""
+    return 2 * m * (2 * 4 * record + 12 * 8)
+
+
 class HostChunk:
     """Entries already in host memory, handed to ``upload_from`` as a staged chunk would be (nothing to hold: a copy
     from pageable memory has read it when it returns)."""
@@ -98,7 +108,7 @@ class CudaSynthesis:
         nbytes = n * (4 + curve.Fr.n8) + 4 * (rows + 1) + 4 * min(n // 2, rows)  # long rows: at most one per 2 entries
         reservation = self.vram.reserve(nbytes, f"{curve.name} coefficients ({n} entries)")
         try:
-            with self.vram.reserve(16 * rows, "coefficient layout scratch (row counts)", transient=True):
+            with self.vram.reserve(_ROWS_SCRATCH * rows, "coefficient layout scratch (row counts)", transient=True):
                 signals = self.runtime.empty((n,), np.uint32)
                 values = self.runtime.empty((n, limbs), np.uint32)
                 counts = xp.zeros(rows, dtype=xp.int64)
@@ -131,12 +141,18 @@ class CudaSynthesis:
             reservation.release()
             raise
 
+    @staticmethod
+    def layout_scratch_bytes(curve: Curve, domain_size: int, chunk_bytes: int) -> int:
+        """Device bytes ``upload_from`` needs beside the layout while it builds it from chunks of ``chunk_bytes``."""
+        record = 3 + curve.Fr.limbs32
+        return _ROWS_SCRATCH * 2 * domain_size + _chunk_scratch(chunk_bytes // (4 * record), record)
+
     def _staged_rows(self, chunks, record: int, domain_size: int):
         """Each staged chunk on the device: its entries' row keys (matrix·N + constraint, int64) and its entries
-        ((m, record) uint32), with the chunk's scratch reserved while it is in use."""
+        ((m, record) uint32), with the chunk's scratch (``_chunk_scratch``) reserved while it is in use."""
         for chunk in chunks:
             m = chunk.array.size // (4 * record)
-            with self.vram.reserve(m * (4 * record + 64), "coefficient layout scratch (one chunk)", transient=True):
+            with self.vram.reserve(_chunk_scratch(m, record), "coefficient layout scratch (one chunk)", transient=True):
                 entries = self.runtime.empty((m, record), np.uint32)
                 self.gpu.copy_chunks(entries.reshape(-1), [chunk])
                 yield entries[:, 0].astype(self.xp.int64) * domain_size + entries[:, 1], entries
