@@ -25,45 +25,38 @@ from cuzk.formats.zkey import KEY_BASES, coeff_dtype, read_zkey, read_zkey_heade
 from cuzk.keys.device import load_from_disk
 from cuzk.keys.host import KeyTier, drop_page_cache, footprint, read_chunk_bytes, section_spans
 from cuzk.keys.stream import SectionReader, StagingRing, ring_bytes
-from cuzk.memory.limits import find_memory_cgroup
 from cuzk.memory.pinned import PageAlignedAllocator
 
 MiB = 1 << 20
 SLACK = 4 * MiB  # what the kernel may charge beyond the ring while reading: page tables, the interpreter's own small growth
 
 
-class PeakCounter:
-    """The calling process's cgroup's peak charge since ``reset`` (v1 memory.max_usage_in_bytes, reset by writing 0;
-    v2 memory.peak, reset for the open file by writing to it, Linux 6.12+) and its charge now."""
+class FreshCgroup:
+    """Charges from now on, read from the kernel: the calling process moves itself into an empty memory cgroup (made
+    by the test beside the one it started in), whose peak counter (v2 memory.peak, v1 memory.max_usage_in_bytes)
+    therefore counts only what is charged after the move — what it had charged stays behind, on either version — so
+    no counter needs resetting (v2 allows that only from Linux 6.12)."""
 
-    def __init__(self):
-        location = find_memory_cgroup()
-        self.directory = location.directory
-        self.v1 = location.version == 1
-        self._peak = open(self.directory / ("memory.max_usage_in_bytes" if self.v1 else "memory.peak"), "r+")
+    def __init__(self, directory: str):
+        self.directory = Path(directory)
+        self.v1 = (self.directory / "memory.max_usage_in_bytes").exists()
+        (self.directory / "cgroup.procs").write_text(str(os.getpid()))
 
     def usage(self) -> int:
         return int((self.directory / ("memory.usage_in_bytes" if self.v1 else "memory.current")).read_text())
 
-    def reset(self) -> None:
-        self._peak.seek(0)
-        self._peak.write("0" if self.v1 else "reset\n")
-        self._peak.flush()
-
     def peak(self) -> int:
-        self._peak.seek(0)
-        return int(self._peak.read())
+        return int((self.directory / ("memory.max_usage_in_bytes" if self.v1 else "memory.peak")).read_text())
 
 
-def _child_read(path: str, offset: int, nbytes: int, chunk: int, direct: bool) -> dict:
+def _child_read(measure: str, path: str, offset: int, nbytes: int, chunk: int, direct: bool) -> dict:
     """Inside the cgroup: read ``nbytes`` at ``offset`` through a ring (or plain buffered reads, the control) and
-    report the charge's growth over the ring allocated beforehand."""
-    counter = PeakCounter()
+    report what the kernel charged after the ring was allocated (in the fresh cgroup ``measure``)."""
     ring = StagingRing(PageAlignedAllocator(), chunk)
     total = 0
     with ring:
+        counter = FreshCgroup(measure)
         baseline = counter.usage()
-        counter.reset()
         if direct:
             with SectionReader(Path(path), ring) as reader:
                 for piece in reader.chunks(offset, nbytes):
@@ -92,20 +85,29 @@ def _uncached_file(path: Path, nbytes: int) -> Path:
 
 @pytest.fixture
 def cgroup(tmp_path):
+    """Two memory cgroups side by side: the child starts in the first and moves into the second to measure."""
     from cuzk.memory.cgroup import ChildCgroup
     from cuzk.memory.limits import CgroupError
 
+    made = []
     try:
-        cg = ChildCgroup.create(4 << 30, prefix="cuzk-test-keyhome-")
+        for _ in range(2):
+            made.append(ChildCgroup.create(4 << 30, prefix="cuzk-test-keyhome-"))
     except CgroupError as exc:
         pytest.skip(f"no writable memory cgroup here: {exc}")
-    yield cg
-    cg.close()
+    finally:
+        if len(made) < 2:
+            for cg in made:
+                cg.close()
+    yield made
+    for cg in reversed(made):
+        cg.close()
 
 
-def run_child(cg, *args) -> dict:
-    res = cg.run([sys.executable, __file__, *map(str, args)], timeout=300,
-                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+def run_child(cgroups, *args) -> dict:
+    start, measure = cgroups
+    res = start.run([sys.executable, __file__, args[0], str(measure.directory), *map(str, args[1:])], timeout=300,
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert res.returncode == 0, res.stderr[-3000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -278,7 +280,7 @@ def test_key_home_device_needs_a_device_backend(tmp_path, big_circuit):
 
 # ---- on a real GPU (the coordinator runs these there) --------------------------------------------------------
 
-def _child_device(path: str, chunk: int) -> dict:
+def _child_device(measure: str, path: str, chunk: int) -> dict:
     """Inside the cgroup: load a key from disk into a real device's VRAM; the charge's peak growth over the moment
     before (CUDA initialized and the layout's kernels warmed up on a first load)."""
     from cuzk.backends.cuda import CudaBackend
@@ -288,9 +290,9 @@ def _child_device(path: str, chunk: int) -> dict:
     header = read_zkey_header(path)
     ring = StagingRing(default_allocator(), read_chunk_bytes(header, chunk))
     backend.free_key(load_from_disk(Path(path), header, backend, ring))  # CUDA context, kernels, CuPy's pools
-    counter = PeakCounter()
+    drop_page_cache(Path(path))
+    counter = FreshCgroup(measure)
     baseline = counter.usage()
-    counter.reset()
     key = load_from_disk(Path(path), header, backend, ring)
     peak = counter.peak()
     backend.free_key(key)
@@ -347,10 +349,10 @@ def test_on_a_gpu_a_job_refused_on_the_host_path_proves_from_vram_across_an_evic
 
 
 if __name__ == "__main__":
-    mode, path, *rest = sys.argv[1:]
+    mode, measure, path, *rest = sys.argv[1:]
     if mode == "device":
-        result = _child_device(path, int(rest[0]))
+        result = _child_device(measure, path, int(rest[0]))
     else:
         offset, nbytes, chunk = map(int, rest)
-        result = _child_read(path, offset, nbytes, chunk, direct=mode == "read")
+        result = _child_read(measure, path, offset, nbytes, chunk, direct=mode == "read")
     print(json.dumps(result))
