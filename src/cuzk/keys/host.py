@@ -164,7 +164,6 @@ class HostBuffer:
 def load_hot(path: Path, header: ZKeyHeader, allocator: HostAllocator, chunk_bytes: int) -> tuple[ZKey, HostBuffer]:
     """The key's arrays in one new host buffer, read through a staging ring (its coefficients checked)."""
     offsets, total = hot_layout(header)
-    sizes = header.section_nbytes()
     buffer = HostBuffer(total, allocator)
     try:
         with StagingRing(allocator, read_chunk_bytes(header, chunk_bytes)) as ring, SectionReader(path, ring) as reader:
@@ -185,6 +184,16 @@ def load_hot(path: Path, header: ZKeyHeader, allocator: HostAllocator, chunk_byt
         raise
     drop_page_cache(path)  # the header and table pages read outside the ring
     return zkey, buffer
+
+
+def load_device_home(path: Path, header: ZKeyHeader, ring: StagingRing) -> ZKey:
+    """A key homed on the devices, as the host holds it: its header and IC points (the verifier's), no other array."""
+    offset, nbytes = section_spans(header)["ic"]
+    with ring, SectionReader(path, ring) as reader:
+        ic = reader.read(offset, nbytes).view("<u4").reshape(header.n_public + 1, 2, header.limbs_q)
+    ic.flags.writeable = False
+    return ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, ic=ic, coeffs=None,
+                a=None, b1=None, b2=None, c=None, h=None)
 
 
 def section_spans(header: ZKeyHeader) -> dict[str, tuple[int, int]]:

@@ -59,7 +59,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import Backend, DeviceBackend, is_device_backend
@@ -70,8 +70,9 @@ from ..memory.units import MiB, format_size
 from ..prover.sizing import holds_device_vectors
 from .device import DeviceKeyLease, DeviceKeys, DeviceKeyTooLarge, KeyFile
 from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
-from .host import PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_hot, load_peak, read_chunk_bytes, section_spans
-from .stream import SectionReader, StagingRing
+from .host import (PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_device_home, load_hot, load_peak,
+                   read_chunk_bytes)
+from .stream import StagingRing
 
 KEY_HOMES = ("auto", "host", "device")
 
@@ -360,7 +361,7 @@ class KeyManager:
                 reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the ring is freed
             elif tier is KeyTier.DEVICE:
                 entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes))
-                zkey, buffer = self._header_and_ic(entry), None
+                zkey, buffer = load_device_home(entry.path, header, entry.ring), None
             else:
                 zkey, buffer = read_zkey(entry.path), None
         except BaseException:
@@ -370,17 +371,6 @@ class KeyManager:
             entry.zkey, entry.buffer, entry.reservation, entry.tier = zkey, buffer, reservation, tier
             entry.loads += 1
             entry.load_seconds = time.perf_counter() - t0
-
-    @staticmethod
-    def _header_and_ic(entry: _Entry) -> ZKey:
-        """A device-homed key on the host: its header and IC points (the verifier's), no other array."""
-        header = entry.header
-        offset, nbytes = section_spans(header)["ic"]
-        with entry.ring as ring, SectionReader(entry.path, ring) as reader:
-            ic = reader.read(offset, nbytes).view("<u4").reshape(header.n_public + 1, 2, header.limbs_q)
-        ic.flags.writeable = False
-        return ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, ic=ic, coeffs=None,
-                    a=None, b1=None, b2=None, c=None, h=None)
 
     def _reserve(self, nbytes: int, label: str, cancelled: Callable[[], bool] | None) -> Reservation:
         if cancelled is None:
