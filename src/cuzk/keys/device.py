@@ -45,9 +45,8 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
-
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..backends.base import DeviceBackend
