@@ -126,11 +126,15 @@ def test_reading_a_large_section_through_the_ring_charges_the_cgroup_for_the_rin
     assert plain["peak"] - plain["baseline"] > nbytes // 2
 
 
-def test_the_reader_gives_a_sections_bytes_in_whole_records_from_any_offset(tmp_path):
+@pytest.mark.parametrize("direct", [True, False], ids=["o_direct", "buffered"])
+def test_the_reader_gives_a_sections_bytes_in_whole_records_from_any_offset(tmp_path, monkeypatch, direct):
+    if not direct:  # as on a filesystem that refuses O_DIRECT (tmpfs)
+        monkeypatch.delattr(os, "O_DIRECT", raising=False)
     data = np.random.default_rng(3).integers(0, 256, 3 * 4096 + 777, dtype=np.uint8)
     path = tmp_path / "f.bin"
     path.write_bytes(data.tobytes())
     with StagingRing(PageAlignedAllocator(), 4096) as ring, SectionReader(path, ring) as reader:
+        assert reader.direct is (direct and hasattr(os, "O_DIRECT"))
         for offset, nbytes, record in ((0, len(data), 4), (12, 2 * 4096 + 300, 44), (4100, 8000, 60)):
             starts, got = [], []
             for piece in reader.chunks(offset, nbytes, record):  # a chunk's bytes live until its slot comes round again
