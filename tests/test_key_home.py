@@ -255,6 +255,20 @@ def test_eviction_from_vram_reloads_from_disk_and_the_proof_verifies(big_circuit
         assert tier.uploads == 2 and engine.keys.status()[0]["tier"] == "device"
 
 
+def test_preload_reads_a_device_homed_key_onto_each_device_with_room(big_circuit, tmp_path):
+    from cuzk.prover.sizing import bases_bytes
+    from test_multi_device import emulated
+
+    roomy = emulated(0)
+    with _engine(tmp_path, big_circuit, [roomy, emulated(1)], 1 << 30) as engine:
+        busy = engine.keys.add_device(engine.backends[1])
+        filler = engine.backends[1].vram.reserve(engine.backends[1].vram.available_bytes - bases_bytes(
+            read_zkey_header(big_circuit[0])), "another tenant")
+        assert engine.preload("c") == "device"
+        assert engine.keys.add_device(roomy).resident_names() == ["c"] and busy.resident_names() == []
+        filler.release()
+
+
 def test_a_key_larger_than_vram_and_host_together_is_refused_before_anything_is_read(big_circuit, tmp_path):
     from cuzk.engine import JobState
     from cuzk.prover.sizing import bases_bytes

@@ -337,8 +337,17 @@ class KeyManager:
         return [keys.status() for keys in sorted(devices, key=lambda k: k.device)]
 
     def preload(self, name: str, tier: KeyTier | None = None, *, cancelled: Callable[[], bool] | None = None) -> KeyTier:
-        """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier."""
+        """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier. A key
+        homed on the devices is read onto each device whose VRAM has room for it now (the others at first use)."""
         with self.acquire(name, tier, cancelled=cancelled) as lease:
+            if lease.tier is KeyTier.DEVICE:
+                with self._lock:
+                    devices = list(self._devices.values())
+                for keys in devices:
+                    try:  # one try, no waiting: a busy device loads it when a proof first needs it there
+                        keys.acquire(name, lease.zkey, home=lease.home, cancelled=lambda: True).release()
+                    except KeyLoadCancelled:
+                        log.info("preload: no room on device %d for key %s now; it loads at first use", keys.device, name)
             return lease.tier
 
     def _release(self, entry: _Entry) -> None:
