@@ -27,6 +27,7 @@ for s in "$@"; do
     tcuda) step tcuda ${T_CUDA:-200} python3 -m pytest -q -m gpu tests/test_backend_cuda.py -p no:cacheprovider -x --durations=5 ;;
     tmulti) step tmulti ${T_MULTI:-200} python3 -m pytest -q -m gpu tests/test_multi_device.py -p no:cacheprovider --durations=5 ;;
     tnew) step tnew ${T_NEW:-240} python3 -m pytest -q -m gpu tests/test_proofs_in_flight.py tests/test_synthesis_device.py tests/test_bench_gpu.py -p no:cacheprovider --durations=5 ;;
+    tkeyhome) step tkeyhome ${T_KEYHOME:-300} python3 -m pytest -q -m gpu tests/test_key_home.py tests/test_synthesis_device.py -p no:cacheprovider -rs --durations=5 ;;
     synthops) step synthops ${T_SYNTHOPS:-120} python3 benchmarks/gpu_ops.py --ops synth --sizes ${SYNTH_SIZES:-16,20,22} --curves bn254 --out /tmp/res/synthops.json ;;
     tsetup) step tsetup ${T_SETUP:-200} python3 -m pytest -q -m gpu tests/test_setup.py tests/test_setup_cuda.py -p no:cacheprovider --durations=5 ;;
     multi) step multi-${LOGN:-20} ${T_MULTIB:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-20} --proofs ${PROOFS:-32} --out /tmp/res/multi_gpu-${LOGN:-20}.json ;;

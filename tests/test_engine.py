@@ -30,6 +30,7 @@ from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.keys.host import KeyTier, footprint, load_peak
+from cuzk.memory.process import PeakProbe
 from cuzk.memory.budget import MemoryBudget
 from cuzk.prover.groth16 import ProvingError
 from cuzk.prover.setup import setup
@@ -487,7 +488,7 @@ def test_a_job_that_keeps_killing_the_engine_is_abandoned(make_engine, circuits,
     assert result.state is JobState.FAILED and "abandoned" in result.error
 
 
-def test_measured_peak_raises_later_reservations(make_engine):
+def test_measured_peak_calibrates_later_reservations(make_engine):
     engine = make_engine(start=False)
     estimate = engine.working_set("small")
     assert estimate.measured_bytes is None and estimate.total_bytes == estimate.estimated_bytes
@@ -495,7 +496,20 @@ def test_measured_peak_raises_later_reservations(make_engine):
     raised = engine.working_set("small")
     assert raised.total_bytes == estimate.estimated_bytes * 3 and raised.abc_bytes == estimate.abc_bytes
     assert engine.record_peak("small", 1) == estimate.estimated_bytes * 3  # the largest is kept
-    assert engine.status()["peaks"] == {"small": estimate.estimated_bytes * 3}
+    assert engine.status()["peaks"] == {"small": {"cpu": estimate.estimated_bytes * 3}}
+
+
+def test_a_measured_run_calibrates_the_circuits_reservation_to_within_1_2x_of_its_peak(make_engine, circuits):
+    """The engine measures a job that runs alone (after the circuit's first, JIT-warming run) and keeps its peak;
+    the next reservation is in [1.0, 1.2]× it, whichever side of it the header's arithmetic was."""
+    if not PeakProbe().available:
+        pytest.skip("no /proc/self/clear_refs here: peaks cannot be measured")
+    engine = make_engine(measure_peaks=True, keys=("large",))
+    for _ in range(2):
+        assert engine.await_result(engine.submit("large", circuits["large"].witness), timeout=300).state is JobState.DONE
+    peak = engine.status()["peaks"]["large"]["cpu"]
+    reserved = engine.working_set("large").total_bytes
+    assert peak <= reserved <= 1.2 * peak, (peak, reserved, engine.working_set("large").estimated_bytes)
 
 
 def proofs_made(engine: Engine) -> int:

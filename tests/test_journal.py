@@ -229,8 +229,9 @@ def test_list_counts_keys_and_peaks(tmp_path):
     assert Journal(tmp_path).saved_keys() == {"a": ("/keys/a.zkey", None, None), "b": ("/keys/b.zkey", "/keys/b.r1cs", "/keys/b.wasm")}
     j.forget_key("a")
     assert list(j.saved_keys()) == ["b"]
-    assert j.save_peak("a", 100) == 100 and j.save_peak("a", 50) == 100 and j.save_peak("a", 300) == 300
-    assert j.saved_peaks() == {"a": 300}
+    assert j.save_peak("a", "cpu", 100) == 100 and j.save_peak("a", "cpu", 50) == 100
+    assert j.save_peak("a", "cpu", 300) == 300 and j.save_peak("a", "device", 40) == 40  # per proving path
+    assert j.saved_peaks() == {("a", "cpu"): 300, ("a", "device"): 40}
 
 
 def test_data_dir_lock_is_exclusive_and_released(tmp_path):

@@ -15,7 +15,8 @@ from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.memory.process import PeakProbe, return_free_heap
 from cuzk.prover.groth16 import prove
 from cuzk.prover.setup import setup
-from cuzk.prover.sizing import ABC_VECTORS, THREAD_SLACK_BYTES, cpu_msm_scratch_bytes, host_working_set
+from cuzk.prover.sizing import (ABC_VECTORS, CALIBRATION_HEADROOM, THREAD_SLACK_BYTES, cpu_msm_scratch_bytes,
+                                host_working_set)
 
 
 @pytest.fixture(scope="module", params=[(BN254, 3000), (BLS12_381, 1500)], ids=["bn254", "bls12_381"])
@@ -38,10 +39,18 @@ def test_estimate_is_the_documented_arithmetic(circuit):
     assert ws.total_bytes == ws.estimated_bytes and ws.measured_bytes is None
     with_r1cs = host_working_set(h, on_device=False, r1cs_path=r1cs)
     assert with_r1cs.total_bytes == ws.total_bytes + 2 * r1cs.stat().st_size
-    # A measured peak only ever raises the figure, and only the part released at the end.
-    assert host_working_set(h, on_device=False, measured_bytes=ws.total_bytes // 2).total_bytes == ws.total_bytes
+    # A measured peak calibrates the figure into [1, 1.2]× it: raising only the part released at the end ...
     raised = host_working_set(h, on_device=False, measured_bytes=ws.total_bytes + 12345)
     assert raised.total_bytes == ws.total_bytes + 12345 and raised.abc_bytes == ws.abc_bytes
+    within = host_working_set(h, on_device=False, measured_bytes=ws.total_bytes - 1000)
+    assert within.total_bytes == ws.total_bytes
+    # ... and lowering the a/b/c phase first, so what stays reserved after it still covers the MSM phase.
+    peak = ws.total_bytes // 2
+    lowered = host_working_set(h, on_device=False, measured_bytes=peak)
+    assert lowered.total_bytes == int(peak * CALIBRATION_HEADROOM) and lowered.estimated_bytes == ws.total_bytes
+    assert lowered.rest_bytes == min(ws.rest_bytes, lowered.total_bytes)
+    tiny = host_working_set(h, on_device=False, measured_bytes=1000)
+    assert (tiny.abc_bytes, tiny.rest_bytes) == (0, 1200)
 
 
 def test_a_device_proof_reserves_no_host_msm_scratch_or_ntt_tables(circuit):

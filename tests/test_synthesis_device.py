@@ -101,7 +101,7 @@ def test_coefficients_upload_in_chunks_through_the_staging_pool(circuit, monkeyp
     backend.attach_staging(pool)
     coeffs = backend.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size)
     stats, chunks = pool.stats(), -(-len(zkey.coeffs) // 64)
-    assert chunks > 4 and stats["hits"] + stats["misses"] >= 2 * chunks  # each chunk's signals and values staged
+    assert chunks > 4 and stats["hits"] + stats["misses"] >= 2 * chunks  # each chunk staged in each of the layout's two passes
     assert stats["in_use_buffers"] == 0  # and every staging buffer given back
     a, b = backend.evaluate_ab(zkey.curve, coeffs, w)
     want_a, want_b = evaluate_ab(zkey.curve, zkey.coeffs, w, zkey.domain_size)

@@ -110,6 +110,12 @@ class DeviceBackend(Backend, Protocol):
         (raises a MemoryError when they do not fit). Give them back with ``free_key``."""
         ...
 
+    def upload_bases_from(self, curve: Curve, group: str, n: int, chunks):
+        """``n`` MSM bases resident in VRAM (a ``DeviceBases``), filled from staged chunks of their bytes in the zkey's
+        layout (``keys.stream.StagedChunk``: each copied from its ring slot, which it holds until the copy ends);
+        raises a MemoryError before reading any chunk when they do not fit."""
+        ...
+
     def free_key(self, key) -> None:
         """Give back the VRAM of a key from ``upload_key`` (its coefficients too, when they were made resident)."""
         ...
@@ -117,6 +123,16 @@ class DeviceBackend(Backend, Protocol):
     def upload_coefficients(self, curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> DeviceCoefficients:
         """A key's coefficient section (the zkey's structured array) resident in VRAM in the layout ``evaluate_ab``
         reads; raises a MemoryError (nothing kept) when it does not fit. ``free()`` gives it back."""
+        ...
+
+    def upload_coefficients_from(self, curve: Curve, n: int, n_vars: int, domain_size: int, passes) -> DeviceCoefficients:
+        """``upload_coefficients`` from the section read twice in staged chunks of whole entries (``passes()`` gives an
+        iterable of them; the caller has checked their indices): the host holds one chunk at a time."""
+        ...
+
+    def coefficient_layout_scratch_bytes(self, curve: Curve, domain_size: int, chunk_bytes: int) -> int:
+        """Device bytes ``upload_coefficients_from`` needs beside the layout while building it from chunks of at most
+        ``chunk_bytes`` (freed when it returns)."""
         ...
 
     def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):

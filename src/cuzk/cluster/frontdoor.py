@@ -83,8 +83,8 @@ class ClusterEngine:
         self._started = self._stopping = False
         saved = self.journal.saved_keys()
         for name, path in (keys or {}).items():
-            saved[name] = (path, (r1cs or {}).get(name))
-        for name, (path, r1cs_path) in saved.items():
+            saved[name] = (path, (r1cs or {}).get(name), None)
+        for name, (path, r1cs_path, _wasm) in saved.items():  # the front door calculates no witnesses: no .wasm
             try:
                 self.register_key(name, path, r1cs_path)
             except (ValueError, OSError) as exc:  # a key that went away must not stop the front door

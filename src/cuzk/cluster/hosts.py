@@ -71,8 +71,8 @@ class HostTable:
         with self._lock:
             return [h.view for h in self._hosts.values()]
 
-    def discover(self, keys: dict[str, tuple[str, str | None]]) -> list[Host]:
-        """A host on every live node without one, each given ``keys`` (name → zkey, r1cs); hosts of dead nodes dropped.
+    def discover(self, keys: dict[str, tuple[str, str | None, str | None]]) -> list[Host]:
+        """A host on every live node without one, each given ``keys`` (name → zkey, r1cs, wasm: not sent); hosts of dead nodes dropped.
         Returns the hosts that joined."""
         nodes = {n["NodeID"]: n for n in ray.nodes() if n["Alive"]}
         hosts = self.hosts()
@@ -89,7 +89,7 @@ class HostTable:
         for node_id, actor in starting:
             try:
                 ray.get(actor.ready.remote(), timeout=START_TIMEOUT_S)
-                for name, (path, r1cs) in keys.items():
+                for name, (path, r1cs, _wasm) in keys.items():
                     reason = ray.get(actor.register_key.remote(name, path, r1cs), timeout=CALL_TIMEOUT_S)
                     if reason:
                         log.warning("node %s: %s", node_id[:8], reason)

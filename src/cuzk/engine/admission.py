@@ -8,8 +8,11 @@ raises ``JobTooLarge`` when no amount of waiting could make it. Admission is ser
 job at a time waits for memory, so two half-admitted jobs never wait on each other.
 
 It also measures: a job admitted while nothing else runs (no other job or key load beside it,
-its key hot, its circuit proved before in this process) has its anonymous-memory peak probed,
-and a peak above the estimate raises later reservations for that circuit (kept in the journal).
+its key hot or homed on the devices, its circuit proved before in this process) has its
+anonymous-memory peak probed, and the largest such peak per circuit and proving path (kept in
+the journal) calibrates that circuit's later reservations into [1, 1.2]× it
+(``prover.sizing.host_working_set``): raised when the estimate was short, lowered when the
+estimate's worst case was never charged.
 
 Lock order: ``_admitting`` (one admission at a time) → the key manager's and the budget's own
 locks; ``_measuring`` is a leaf, taken under a job's lock when its grant is released.
@@ -22,14 +25,14 @@ import threading
 import time
 from collections.abc import Mapping
 
-from ..keys.host import KeyTier, footprint
+from ..keys.host import KeyTier
 from ..keys.manager import KeyLease, KeyManager
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.process import PeakProbe, return_free_heap
 from ..memory.runtime import RuntimeReservation
 from ..memory.units import format_size
 from ..prover.groth16 import ProvingError
-from ..prover.sizing import WorkingSet, host_working_set
+from ..prover.sizing import WorkingSet, host_working_set, proving_path
 from .journal import Journal
 from .tracker import LiveJob
 
@@ -93,8 +96,12 @@ class Admission:
         self._seen_circuits: set[str] = set()  # circuits admitted once in this process (the first run pays JIT warm-up)
 
     @property
-    def peaks(self) -> dict[str, int]:
-        return dict(self._peaks)
+    def peaks(self) -> dict[str, dict[str, int]]:
+        """circuit → {proving path → the largest peak measured}."""
+        out: dict[str, dict[str, int]] = {}
+        for (circuit, path), peak in sorted(self._peaks.items()):
+            out.setdefault(circuit, {})[path] = peak
+        return out
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak); without a/b
@@ -103,16 +110,19 @@ class Admission:
         (``device_vectors``: the proving worker waits for their VRAM)."""
         device_synthesis = self.on_device and self.keys.synthesizes_on_devices(circuit)
         device_vectors = self.on_device and self.keys.holds_vectors_on_devices(circuit)
+        path = proving_path(on_device=self.on_device, device_synthesis=device_synthesis, device_vectors=device_vectors)
         return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
                                 device_vectors=device_vectors, r1cs_path=self._r1cs_paths.get(circuit),
-                                measured_bytes=self._peaks.get(circuit))
+                                measured_bytes=self._peaks.get((circuit, path)))
 
-    def record_peak(self, circuit: str, nbytes: int) -> int:
-        """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
+    def record_peak(self, circuit: str, nbytes: int, path: str | None = None) -> int:
+        """Remember a measured working-set peak for ``circuit`` on proving ``path`` (default: the path its jobs take
+        now); the largest is kept. Returns the stored value."""
         if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
             raise ValueError(f"peak must be a non-negative number of bytes, got {nbytes!r}")
-        stored = self.journal.save_peak(circuit, nbytes)
-        self._peaks[circuit] = stored
+        path = path or self.working_set(circuit).path
+        stored = self.journal.save_peak(circuit, path, nbytes)
+        self._peaks[(circuit, path)] = stored
         return stored
 
     def check_fits(self, circuit: str) -> None:
@@ -142,12 +152,12 @@ class Admission:
         with self._admitting:
             job.checkpoint()
             workset = self.working_set(job.circuit)
-            self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit))
+            self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit))  # at its home tier
             t_key = time.perf_counter()
             lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
             try:
                 key_load = time.perf_counter() - t_key  # waiting for room for the key and loading it; ~0 when resident
-                self._check_fits(job.circuit, workset, footprint(lease.header, lease.tier))  # it may be at another tier already
+                self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit, lease.tier))  # it may be at another tier already
                 reservation = self._reserve(job, workset)
             except BaseException:
                 lease.release()
@@ -161,10 +171,12 @@ class Admission:
         runtime = self._runtime.nbytes if self._runtime is not None else 0  # the process itself: never given back
         if key_bytes + workset.total_bytes > self.budget.total_bytes - runtime:
             beside = f" beside the engine's own {format_size(runtime)}" if runtime else ""
+            devices = self.keys.why_not_on_devices(circuit) if self.on_device else ""
+            vram = f", and its key cannot be homed in VRAM instead ({devices})" if devices else ""
             raise JobTooLarge(
                 f"circuit {circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(workset.total_bytes)} "
-                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}; it can "
-                "never run here (raise the memory limit or the budget)")
+                f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}{vram}; "
+                "it can never run here (raise the memory limit or the budget)")
 
     def _reserve(self, job: LiveJob, workset: WorkingSet) -> Reservation:
         label = f"job {job.id[:8]} ({job.circuit})"
@@ -182,7 +194,7 @@ class Admission:
                 other.overlapped = True
             # Not its own peak: another job beside it, a warm key (its page-ins would count), or the
             # circuit's first run in this process (numba's JIT and caches allocate then, once).
-            grant.overlapped = (bool(self._running) or grant.lease.tier is not KeyTier.HOT
+            grant.overlapped = (bool(self._running) or grant.lease.tier not in (KeyTier.HOT, KeyTier.DEVICE)
                                 or grant.circuit not in self._seen_circuits)
             self._seen_circuits.add(grant.circuit)
             self._running.add(grant)
@@ -191,17 +203,19 @@ class Admission:
                 grant.probe_baseline = self._probe.begin()
 
     def end_measure(self, grant: Grant) -> None:
-        """The job's proof is made: a clean peak above the estimate raises the circuit's later reservations."""
+        """The job's proof is made: a clean peak calibrates the circuit's later reservations (module docstring)."""
         if self._probe is None or grant.probe_baseline is None:
             return
         with self._measuring:
             clean = not grant.overlapped and self.keys.loads_total() == grant.loads_at_start
             peak = self._probe.end(grant.probe_baseline) if clean else None
         workset = grant.workset
-        if peak is not None and peak > workset.estimated_bytes and peak > (self._peaks.get(grant.circuit) or 0):
-            log.info("circuit %s: measured working-set peak %s above the estimate %s", grant.circuit, format_size(peak),
-                     format_size(workset.estimated_bytes))
-            self.record_peak(grant.circuit, peak)
+        if peak is not None and peak > (self._peaks.get((grant.circuit, workset.path)) or 0):
+            self.record_peak(grant.circuit, peak, workset.path)
+            calibrated = self.working_set(grant.circuit).total_bytes
+            log.info("circuit %s (%s): measured working-set peak %s; its reservation %s → %s (estimate %s)",
+                     grant.circuit, workset.path, format_size(peak), format_size(workset.total_bytes),
+                     format_size(calibrated), format_size(workset.estimated_bytes))
 
     def forget(self, grant: Grant) -> None:
         with self._measuring:

@@ -26,7 +26,11 @@ class EngineConfig:
     # proving needs the same cores.
     synth_workers: int | str = "auto"
     verify: bool = True
-    key_tier: str = "hot"  # tier keys are loaded to for proving: "hot" or "warm"
+    key_tier: str = "hot"  # host tier keys are loaded to for proving: "hot" or "warm"
+    # Where a key lives for proving on GPUs (keys.manager): "auto" — in VRAM, loaded from disk through a staging ring,
+    # when every device holds it beside a proof, else in host memory at key_tier; "device" — in VRAM or refused;
+    # "host" — in host memory at key_tier, uploaded from there. The CPU backend keeps keys in host memory.
+    key_home: str = "auto"
     key_idle_evict_s: float = 10.0
     load_chunk_bytes: int = 64 * MiB
     result_ttl_s: float = 24 * 3600.0
@@ -57,6 +61,8 @@ class EngineConfig:
             raise ValueError(f"device_errors_per_job must be a whole number of at least 1, got {limit!r}")
         if self.key_tier not in ("hot", "warm"):
             raise ValueError(f"key_tier must be 'hot' or 'warm', got {self.key_tier!r}")
+        if self.key_home not in ("auto", "host", "device"):
+            raise ValueError(f"key_home must be 'auto', 'host' or 'device', got {self.key_home!r}")
         if self.housekeeping_interval_s <= 0:
             raise ValueError("housekeeping_interval_s must be positive")
         if self.devices != "all":

@@ -45,8 +45,9 @@ The API, all thread-safe:
   state and priority, workers, measured peaks. ``working_set(circuit) -> WorkingSet``.
 - ``room(circuit) -> (jobs, reason)`` — how many more jobs of ``circuit`` could start now beside those held, or
   admission's reason why none ever can (what ``cuzk.cluster`` routes by).
-- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit (admission
-  measures one itself when a job runs alone); later reservations for it use the larger.
+- ``record_peak(circuit, nbytes)`` — a measured working-set peak for a circuit on the path its
+  jobs take (admission measures one itself when a job runs alone); later reservations for it
+  are calibrated into [1, 1.2]× the largest.
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
   state change, before the worker's next cancellation check (observers, streaming status).
 
@@ -100,7 +101,7 @@ from ..backends.base import is_device_backend
 from ..keys.host import KeyTier
 from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
-from ..memory.limits import read_limits
+from ..memory.limits import read_limits, read_rss_bytes
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
 from ..memory.probe import load_saved_probes
@@ -134,16 +135,21 @@ class Engine:
             self.runtime: RuntimeReservation | None = None
             if budget is None:
                 budget, reconciler = self._plan_budget()
-                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size).
-                self.runtime = RuntimeReservation(budget)
+                # The engine's own memory, inside the budget it planned (a given budget is the caller's to size): what
+                # the kernel charges for it, so the file-backed pages another cgroup was charged for are not reserved.
+                charged = read_rss_bytes if reconciler is None else (lambda: min(read_rss_bytes(), reconciler.measure()))
+                self.runtime = RuntimeReservation(budget, rss=charged)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
             self.backends = backends if backends is not None else make_backends(config)
             on_device = any(is_device_backend(b) for b in self.backends)
+            if config.key_home == "device" and not on_device:
+                raise ValueError("key_home = \"device\" needs a device backend (CUDA); this engine proves on the CPU")
             # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
-                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator())
+                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator(),
+                                   key_home=config.key_home)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
@@ -327,11 +333,12 @@ class Engine:
         return self.keys.evict(name)
 
     def working_set(self, circuit: str) -> WorkingSet:
-        """The host reservation one proof of ``circuit`` takes now (estimate, raised to the measured peak)."""
+        """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""
         return self.admission.working_set(circuit)
 
     def record_peak(self, circuit: str, nbytes: int) -> int:
-        """Remember a measured working-set peak for ``circuit`` (the largest is kept); returns the stored value."""
+        """Remember a measured working-set peak for ``circuit`` on the path its jobs take now (the largest is kept);
+        returns the stored value."""
         return self.admission.record_peak(circuit, nbytes)
 
     def room(self, circuit: str) -> tuple[int, str | None]:
@@ -502,5 +509,6 @@ class Engine:
             "config": {"backend": [b.name for b in self.backends], "verify": self.config.verify,
                        "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
                        "key_tier": self.config.key_tier,
+                       "key_home": self.config.key_home,
                        "data_dir": str(self.config.data_dir)},
         }

@@ -63,10 +63,13 @@ CREATE TABLE IF NOT EXISTS keys (
     r1cs TEXT,
     wasm TEXT
 );
-CREATE TABLE IF NOT EXISTS circuit_peaks (
-    circuit     TEXT PRIMARY KEY,
+DROP TABLE IF EXISTS circuit_peaks;
+CREATE TABLE IF NOT EXISTS working_set_peaks (
+    circuit     TEXT NOT NULL,
+    path        TEXT NOT NULL,
     peak_bytes  INTEGER NOT NULL,
-    measured_at REAL NOT NULL
+    measured_at REAL NOT NULL,
+    PRIMARY KEY (circuit, path)
 );
 """
 
@@ -413,16 +416,21 @@ class Journal:
             rows = self._db.execute("SELECT name, path, r1cs, wasm FROM keys ORDER BY name")
             return {name: (path, r1cs, wasm) for name, path, r1cs, wasm in rows}
 
-    def save_peak(self, circuit: str, peak_bytes: int) -> int:
-        """Keep the largest measured working-set peak per circuit; returns the stored value."""
+    def save_peak(self, circuit: str, path: str, peak_bytes: int) -> int:
+        """Keep the largest measured working-set peak per circuit and proving path (``prover.sizing.proving_path``);
+        returns the stored value."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO circuit_peaks (circuit, peak_bytes, measured_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(circuit) DO UPDATE SET peak_bytes = MAX(peak_bytes, excluded.peak_bytes), measured_at = excluded.measured_at",
-                (circuit, int(peak_bytes), time.time()),
+                "INSERT INTO working_set_peaks (circuit, path, peak_bytes, measured_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(circuit, path) DO UPDATE SET peak_bytes = MAX(peak_bytes, excluded.peak_bytes), "
+                "measured_at = excluded.measured_at",
+                (circuit, path, int(peak_bytes), time.time()),
             )
-            return self._db.execute("SELECT peak_bytes FROM circuit_peaks WHERE circuit = ?", (circuit,)).fetchone()[0]
+            return self._db.execute("SELECT peak_bytes FROM working_set_peaks WHERE circuit = ? AND path = ?",
+                                    (circuit, path)).fetchone()[0]
 
-    def saved_peaks(self) -> dict[str, int]:
+    def saved_peaks(self) -> dict[tuple[str, str], int]:
+        """(circuit, proving path) → the largest peak measured."""
         with self._lock:
-            return dict(self._db.execute("SELECT circuit, peak_bytes FROM circuit_peaks").fetchall())
+            rows = self._db.execute("SELECT circuit, path, peak_bytes FROM working_set_peaks").fetchall()
+        return {(circuit, path): peak for circuit, path, peak in rows}

@@ -283,7 +283,7 @@ class DeviceWorker:
             # Bases (and the coefficients a deferred synthesis needs) resident in VRAM when they fit. The lane is left
             # (its device work done) before they are released: nothing reads them after.
             with (self.keys.on_device(grant.lease, self.backend, coefficients=synthesis.deferred,
-                                      vectors_reserved=vectors is not None) as device_key,
+                                      vectors_reserved=vectors is not None, cancelled=job.cancelled) as device_key,
                   self.lane or contextlib.nullcontext()):
                 return prove_synthesized(self.backend, device_key.zkey, synthesis, on_abc_released=grant.release_abc,
                                          cancelled=job.cancelled, vectors=vectors)

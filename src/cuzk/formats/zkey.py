@@ -323,10 +323,11 @@ def _read_mpc(f: BinFile, curve: Curve) -> MPCParams:
     return MPCParams(cs_hash, tuple(contributions))
 
 
-def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
+def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray, first: int = 0) -> None:
     """Validate coefficient entries (vectorised): matrix ∈ {0, 1}, constraint < domain_size, signal < n_vars, value < r.
 
-    Public so a loader that copies the section into its own buffers can check the copy.
+    Public so a loader that copies the section into its own buffers can check the copy, or each chunk of it as it
+    passes (``first``: the index of the chunk's first entry in the section, for the error).
     """
     for field, bound, why in (
         ("matrix", 2, "must be 0 (A) or 1 (B)"),
@@ -338,10 +339,10 @@ def check_coeffs(f: BinFile, hdr: ZKeyHeader, coeffs: np.ndarray) -> None:
             bad = np.flatnonzero(column[start : start + CHECK_CHUNK_ROWS] >= bound)
             if bad.size:
                 i = start + int(bad[0])
-                raise f.error(COEFFS, f"entry #{i}: {field} = {int(column[i])} {why}")
+                raise f.error(COEFFS, f"entry #{first + i}: {field} = {int(column[i])} {why}")
     bad = first_not_below(coeffs["value"], hdr.curve.r)
     if bad is not None:
-        raise f.error(COEFFS, f"entry #{bad}: value is not reduced modulo r")
+        raise f.error(COEFFS, f"entry #{first + bad}: value is not reduced modulo r")
 
 
 

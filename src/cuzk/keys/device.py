@@ -29,6 +29,13 @@ A proof admitted with device vectors acquires its lease after reserving its vect
 Several proving lanes of one device acquire at once: one uploads a key while the others
 wanting it wait for that upload rather than making a second copy; the bases are read-only
 once resident.
+
+A key *homed on the devices* (``KeyTier.DEVICE``: no host copy) is acquired with its ``KeyFile``
+(path, header, staging ring): when it is not resident, ``load_from_disk`` reads its bases and
+coefficients from the file through the ring straight into VRAM, after waiting for room for them
+and a proof beside them (idle keys evicted for it; an evicted key is read from disk again at its
+next use). ``load_from_disk`` needs only the file, the header's section table, a device backend
+and a ring — no engine state — so it runs as well in a process of its own per device.
 """
 
 from __future__ import annotations
@@ -38,14 +45,65 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..backends.base import DeviceBackend
-from ..formats.zkey import ZKey, ZKeyHeader
+from ..formats import zkey as zkey_format
+from ..formats.binfile import BinFile
+from ..formats.zkey import KEY_BASES, ZKey, ZKeyHeader
 from ..memory.units import format_size
 from ..prover.sizing import bases_bytes, coefficient_bytes, holds_device_vectors, proof_vram_bytes
+from .errors import KeyLoadCancelled, KeyManagerError
+from .host import array_shapes, section_spans
+from .stream import SectionReader, StagingRing
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KeyFile:
+    """A key homed on the devices: its file, its header (the section table) and the staging ring its loads read
+    through (reserved in the host budget by the key manager)."""
+
+    path: Path
+    header: ZKeyHeader
+    ring: StagingRing
+
+
+class DeviceKeyTooLarge(KeyManagerError):
+    """A device-homed key whose bases, coefficients and one proof exceed a device's whole VRAM budget."""
+
+
+def load_from_disk(path: Path, header: ZKeyHeader, backend: DeviceBackend, ring: StagingRing) -> ZKey:
+    """The key's bases and coefficients resident on ``backend``'s device, read from ``path`` through ``ring``
+    (O_DIRECT: the host holds the ring and nothing else, not even page cache); its coefficients checked chunk by chunk
+    as snarkjs's reader checks them (a FormatError names the entry). All or nothing: on any error, nothing stays
+    reserved. The key it returns has no host arrays."""
+    spans, shapes = section_spans(header), array_shapes(header)
+    resident: dict[str, object] = {}
+    try:
+        with ring, SectionReader(path, ring) as reader, BinFile(path, "zkey", zkey_format.ZKEY_MAX_VERSION,
+                                                                 zkey_format.SECTION_NAMES) as f:
+            for name, group in KEY_BASES:
+                offset, nbytes = spans[name]
+                resident[name] = backend.upload_bases_from(header.curve, group, shapes[name][1][0],
+                                                           reader.chunks(offset, nbytes))
+            offset, nbytes = spans["coeffs"]
+            entry = zkey_format.coeff_dtype(header.n8r)
+
+            def passes():
+                for chunk in reader.chunks(offset, nbytes, entry.itemsize):
+                    zkey_format.check_coeffs(f, header, chunk.array.view(entry), first=chunk.start // entry.itemsize)
+                    yield chunk
+            resident["coeffs"] = backend.upload_coefficients_from(header.curve, header.n_coeffs, header.n_vars,
+                                                                  header.domain_size, passes)
+    except BaseException:
+        for arrays in resident.values():
+            arrays.free()
+        raise
+    return ZKey(**{fl.name: getattr(header, fl.name) for fl in dataclasses.fields(ZKeyHeader)}, ic=None, **resident)
 
 
 @dataclass
@@ -107,10 +165,19 @@ class DeviceKeys:
         """Whether this device's whole budget holds the key's bases and coefficients and a proof beside them."""
         return holds_device_vectors(header, self.backend, coefficients=True)
 
-    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False,
-                vectors_reserved: bool = False) -> DeviceKeyLease:
+    def shortfall(self, header: ZKeyHeader) -> str:
+        """The VRAM a key's bases, coefficients and one proof need against this device's whole budget (a refusal's
+        words)."""
+        need = bases_bytes(header) + coefficient_bytes(header) + proof_vram_bytes(header, self.backend)
+        return (f"device {self.device} needs {format_size(need)} for its bases, coefficients and a proof, its budget "
+                f"is {format_size(self.backend.vram.total_bytes)}")
+
+    def acquire(self, name: str, zkey: ZKey, coefficients: bool = False, vectors_reserved: bool = False, *,
+                home: KeyFile | None = None, cancelled: Callable[[], bool] | None = None) -> DeviceKeyLease:
         """A lease on ``name``'s bases on this device, and its coefficients when asked for: resident when they, and a
-        proof beside them, fit (``vectors_reserved``: the proof holds its vectors' reservation already)."""
+        proof beside them, fit (``vectors_reserved``: the proof holds its vectors' reservation already). A key homed
+        here (``home``) is always resident with its coefficients: loaded from its file once room is free, which is
+        waited for (``cancelled`` polled: KeyLoadCancelled)."""
         while True:
             with self._lock:
                 entry = self._resident.get(name)
@@ -127,7 +194,7 @@ class DeviceKeys:
                     break
             uploading.wait()  # another lane is uploading it: use that copy (or try again if it did not fit)
         if entry is not None:
-            if add_coefficients:
+            if add_coefficients and home is None:
                 try:
                     self._add_coefficients(entry, zkey, vectors_reserved)
                 except BaseException:
@@ -135,6 +202,8 @@ class DeviceKeys:
                     raise
             return DeviceKeyLease(self, entry, entry.lease_key(zkey))
         try:
+            if home is not None:
+                return self._load_home(name, home, vectors_reserved, cancelled or (lambda: False))
             return self._upload(name, zkey, coefficients, vectors_reserved)
         finally:
             with self._lock:
@@ -181,6 +250,40 @@ class DeviceKeys:
         log.info("key %s resident on device %d (%s%s, uploaded in %.3f s)", name, self.device, format_size(nbytes),
                  " with its coefficients" if entry.has_coefficients else "", entry.upload_seconds)
         return DeviceKeyLease(self, entry, entry.lease_key(zkey))
+
+    def _load_home(self, name: str, home: KeyFile, vectors_reserved: bool, cancelled: Callable[[], bool]) -> DeviceKeyLease:
+        """Load a device-homed key from its file once its bases, coefficients and a proof fit (its caller is the only
+        one loading ``name`` here)."""
+        header, vram = home.header, self.backend.vram
+        beside = max(proof_vram_bytes(header, self.backend, vectors_reserved=vectors_reserved),  # the proof, after it
+                     self.backend.coefficient_layout_scratch_bytes(header.curve, header.domain_size, home.ring.chunk_bytes))
+        need = bases_bytes(header) + coefficient_bytes(header) + beside
+        t0 = time.perf_counter()
+        while True:
+            room = vram.reserve_when_free(need, f"room for key {name}", cancelled)
+            if room is None:
+                if need > vram.total_bytes:
+                    raise DeviceKeyTooLarge(
+                        f"key {name!r}: bases, coefficients and a proof (or the coefficients' layout being built) need "
+                        f"{format_size(need)} of VRAM, more than "
+                        f"device {self.device}'s whole budget of {format_size(vram.total_bytes)}")
+                raise KeyLoadCancelled(f"cancelled while waiting for device {self.device}'s VRAM to load key {name}")
+            room.release()  # the load reserves each array itself; another lane taking the room first means waiting again
+            try:
+                device_zkey = load_from_disk(home.path, header, self.backend, home.ring)
+                break
+            except MemoryError as exc:
+                log.info("key %s: device %d's room went to another proof while loading (%s); waiting again", name,
+                         self.device, exc)
+        entry = _Resident(name, device_zkey, bases_bytes(header) + device_zkey.coeffs.nbytes, refcount=1,
+                          last_used=time.monotonic(), upload_seconds=time.perf_counter() - t0)
+        with self._lock:
+            self._refused.pop(name, None)
+            self._resident[name] = entry
+            self.uploads += 1
+        log.info("key %s loaded from disk onto device %d (%s with its coefficients, in %.3f s)", name, self.device,
+                 format_size(entry.nbytes), entry.upload_seconds)
+        return DeviceKeyLease(self, entry, entry.zkey)
 
     def _room_for(self, nbytes: int) -> bool:
         vram = self.backend.vram

@@ -2,13 +2,15 @@
 
 The hot tier is one page-aligned allocation holding every big section (coefficients, IC, A,
 B1, B2, C, H). Loading reserves the true peak *before* reading — the page-rounded section
-sizes plus one read chunk (``load_peak``) — then streams the file straight into the final
-buffer with ``readinto``, dropping each chunk's page cache behind it, so the peak is final
-size + one chunk, never file + copy. (Measured on the 19 MB sha256 key: RSS grew by the
-footprint + 0.6 MB and the file's page cache went from fully cached to nothing. Pages of a
-file written moments ago are still dirty and are dropped only after writeback.) The buffer
-comes from ``memory.pinned``'s allocator: page-locked where CUDA exists (DMA straight from
-it), page-aligned anonymous memory otherwise.
+sizes plus the staging ring it reads through (``load_peak``) — then reads each section through
+the ring (``keys.stream``: O_DIRECT, so no page cache is charged) into the final buffer, so the
+peak is final size + the ring, never file + copy. The buffer comes from ``memory.pinned``'s
+allocator: page-locked where CUDA exists (DMA straight from it), page-aligned anonymous memory
+otherwise.
+
+The device tier (``KeyTier.DEVICE``, a GPU host's home for a key: ``keys.device``) holds no
+host copy: its host footprint is the staging ring a load from disk into VRAM reads through,
+and the IC points the verifier needs (``device_home_footprint``).
 
 Footprints are computed from the header alone, so a job that could never fit is refused
 before anything loads.
@@ -30,7 +32,7 @@ from ..formats import zkey as zkey_format
 from ..formats.binfile import BinFile
 from ..formats.zkey import ZKey, ZKeyHeader
 from ..memory.pinned import HostAllocator
-from .errors import KeyFileChanged
+from .stream import ALIGN, SectionReader, StagingRing, ring_bytes
 
 PAGE = mmap.PAGESIZE
 
@@ -39,6 +41,7 @@ class KeyTier(str, Enum):
     COLD = "cold"
     WARM = "warm"
     HOT = "hot"
+    DEVICE = "device"  # homed in VRAM: loaded from disk onto each device through a staging ring, no host copy
 
 
 # ZKey array name → (section type, offset of the array inside the section's payload).
@@ -81,11 +84,26 @@ def hot_layout(header: ZKeyHeader) -> tuple[dict[str, int], int]:
     return offsets, pos
 
 
-def footprint(header: ZKeyHeader, tier: KeyTier) -> int:
-    """Bytes a key holds in the budget at ``tier`` (the steady state, without the load chunk): its
-    sections (mapped or resident), and the (matrix, row) order synthesis derives once per loaded key."""
+def read_chunk_bytes(header: ZKeyHeader, chunk_bytes: int) -> int:
+    """The chunk a load of this key reads through its ring: ``chunk_bytes``, or less when its largest section is smaller."""
+    return min(chunk_bytes, max(ALIGN, -(-max(header.section_nbytes().values()) // ALIGN) * ALIGN))
+
+
+def device_home_footprint(header: ZKeyHeader, chunk_bytes: int) -> int:
+    """Host bytes of a key homed on the devices: the staging ring its loads read through, and its IC points."""
+    return ring_bytes(read_chunk_bytes(header, chunk_bytes)) + page_round(header.section_nbytes()["ic"])
+
+
+def footprint(header: ZKeyHeader, tier: KeyTier, *, chunk_bytes: int | None = None) -> int:
+    """Bytes a key holds in the budget at ``tier`` (the steady state, a hot key without its load's ring): its
+    sections (mapped or resident) and the (matrix, row) order synthesis derives once per loaded key; for a key homed
+    on the devices, its ring (of ``chunk_bytes`` chunks) and IC points."""
     if tier is KeyTier.COLD:
         return 0
+    if tier is KeyTier.DEVICE:
+        if chunk_bytes is None:
+            raise ValueError("a device-homed key's footprint is its staging ring: give chunk_bytes")
+        return device_home_footprint(header, chunk_bytes)
     order = page_round(row_order_bytes(header.n_coeffs))
     if tier is KeyTier.WARM:
         return sum(header.section_nbytes().values()) + order
@@ -93,10 +111,10 @@ def footprint(header: ZKeyHeader, tier: KeyTier) -> int:
 
 
 def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int) -> int:
-    """Bytes reserved while loading to ``tier``: the footprint, plus one chunk of page cache for a hot load."""
+    """Bytes reserved while loading to ``tier``: the footprint, plus the staging ring a hot load reads through."""
     if tier is KeyTier.HOT:
-        return footprint(header, tier) + min(chunk_bytes, max(header.section_nbytes().values()))
-    return footprint(header, tier)
+        return footprint(header, tier) + ring_bytes(read_chunk_bytes(header, chunk_bytes))
+    return footprint(header, tier, chunk_bytes=chunk_bytes)
 
 
 def drop_page_cache(path: Path) -> None:
@@ -144,18 +162,15 @@ class HostBuffer:
 
 
 def load_hot(path: Path, header: ZKeyHeader, allocator: HostAllocator, chunk_bytes: int) -> tuple[ZKey, HostBuffer]:
-    """The key's arrays in one new host buffer, streamed from the file chunk by chunk (its coefficients checked)."""
+    """The key's arrays in one new host buffer, read through a staging ring (its coefficients checked)."""
     offsets, total = hot_layout(header)
-    sizes = header.section_nbytes()
-    sections = {s.type: s for s in header.sections}
     buffer = HostBuffer(total, allocator)
     try:
-        with open(path, "rb", buffering=0) as f:
-            fd = f.fileno()
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            for name, (stype, skip) in _SECTIONS.items():
-                file_pos = sections[stype].offset + skip
-                _stream(f, fd, file_pos, buffer.view(offsets[name], sizes[name]), path, chunk_bytes)
+        with StagingRing(allocator, read_chunk_bytes(header, chunk_bytes)) as ring, SectionReader(path, ring) as reader:
+            for name, (file_pos, nbytes) in section_spans(header).items():
+                dest = buffer.array(offsets[name], np.dtype(np.uint8), (nbytes,))
+                for chunk in reader.chunks(file_pos, nbytes):
+                    dest[chunk.start : chunk.start + len(chunk.array)] = chunk.array
         shapes = array_shapes(header)
         arrays = {name: buffer.array(offsets[name], *shapes[name]) for name in _SECTIONS}
         for arr in arrays.values():
@@ -167,18 +182,22 @@ def load_hot(path: Path, header: ZKeyHeader, allocator: HostAllocator, chunk_byt
         arrays = zkey = None
         buffer.close()
         raise
-    drop_page_cache(path)  # the header and table pages read outside the stream too
+    drop_page_cache(path)  # the header and table pages read outside the ring
     return zkey, buffer
 
 
-def _stream(f, fd: int, file_pos: int, dest: memoryview, path: Path, chunk_bytes: int) -> None:
-    """Read ``len(dest)`` bytes from ``file_pos`` into ``dest`` chunk by chunk, dropping each chunk's page cache."""
-    f.seek(file_pos)
-    done = 0
-    while done < len(dest):
-        n = min(chunk_bytes, len(dest) - done)
-        got = f.readinto(dest[done : done + n])
-        if not got:
-            raise KeyFileChanged(f"{path}: file ended at byte {file_pos + done} while loading (truncated since registration?)")
-        os.posix_fadvise(fd, file_pos + done, got, os.POSIX_FADV_DONTNEED)
-        done += got
+def load_device_home(path: Path, header: ZKeyHeader, ring: StagingRing) -> ZKey:
+    """A key homed on the devices, as the host holds it: its header and IC points (the verifier's), no other array."""
+    offset, nbytes = section_spans(header)["ic"]
+    with ring, SectionReader(path, ring) as reader:
+        ic = reader.read(offset, nbytes).view("<u4").reshape(header.n_public + 1, 2, header.limbs_q)
+    ic.flags.writeable = False
+    return ZKey(**{fl.name: getattr(header, fl.name) for fl in fields(ZKeyHeader)}, ic=ic, coeffs=None,
+                a=None, b1=None, b2=None, c=None, h=None)
+
+
+def section_spans(header: ZKeyHeader) -> dict[str, tuple[int, int]]:
+    """Where each big array of the key lies in its file: name → (file offset, bytes)."""
+    sections = {s.type: s for s in header.sections}
+    sizes = header.section_nbytes()
+    return {name: (sections[stype].offset + skip, sizes[name]) for name, (stype, skip) in _SECTIONS.items()}

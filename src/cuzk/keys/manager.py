@@ -33,6 +33,15 @@ the budget needs room for someone else, under one of two rules (``evict_idle``):
 budget to evict for its waiters whenever a key becomes idle, and ``maintain()`` (called
 periodically by the engine) hands keys over once their idle time runs out.
 
+- **device** — homed on the devices (GPU hosts, ``key_home``): no host copy. The host holds
+  the key's IC points (for the verifier) and reserves the staging ring that loads read through
+  (``keys.stream``), straight from the file into each device's VRAM, when a proof first needs
+  the key there and again after VRAM pressure evicted it (``keys.device.load_from_disk``).
+  ``key_home`` "auto" homes a key on the devices when every device's budget holds its bases and
+  coefficients beside a proof (``DeviceKeys.can_synthesize``), and in host memory (the default
+  tier) otherwise; "device" refuses a key no device holds (``DeviceKeyTooLarge``); "host" keeps
+  every key in host memory.
+
 The VRAM tier (``keys.device``): ``on_device(lease, backend)`` gives a job the key with its
 MSM bases (and coefficients, for synthesis on the device) resident on the backend's device —
 uploaded once per device, kept across proofs, counted while in use, LRU-evicted by that
@@ -59,9 +68,13 @@ from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
 from ..prover.sizing import holds_device_vectors
-from .device import DeviceKeyLease, DeviceKeys
+from .device import DeviceKeyLease, DeviceKeys, DeviceKeyTooLarge, KeyFile
 from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
-from .host import PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_hot, load_peak
+from .host import (PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_device_home, load_hot, load_peak,
+                   read_chunk_bytes)
+from .stream import StagingRing
+
+KEY_HOMES = ("auto", "host", "device")
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +91,7 @@ class _Entry:
     reservation: Reservation | None = None
     refcount: int = 0
     last_used: float = 0.0  # time.monotonic() of the last release (or load)
+    ring: StagingRing | None = None  # a device-homed key's staging ring (its memory exists only while a load reads)
     loading: threading.Event | None = None  # set when an in-flight load ends
     loads: int = 0
     evictions: int = 0
@@ -99,6 +113,12 @@ class KeyLease:
     @property
     def header(self) -> ZKeyHeader:
         return self._entry.header
+
+    @property
+    def home(self) -> KeyFile | None:
+        """Where a key homed on the devices is loaded from (None for a host-tier key)."""
+        entry = self._entry
+        return KeyFile(entry.path, entry.header, entry.ring) if self.tier is KeyTier.DEVICE else None
 
     @property
     def extras(self) -> dict:
@@ -127,14 +147,19 @@ class KeyManager:
         idle_evict_s: float = 10.0,
         default_tier: KeyTier = KeyTier.HOT,
         allocator: HostAllocator | None = None,
+        key_home: str = "auto",
     ):
-        """``allocator`` makes the hot tier's buffers: default, page-locked where CUDA exists, else page-aligned mmap."""
+        """``allocator`` makes the hot tier's buffers and the staging rings: default, page-locked where CUDA exists,
+        else page-aligned mmap. ``key_home``: see the module docstring."""
         if chunk_bytes < PAGE:
             raise ValueError(f"chunk_bytes must be at least one page ({PAGE} bytes), got {chunk_bytes}")
         if idle_evict_s < 0:
             raise ValueError(f"idle_evict_s must be >= 0, got {idle_evict_s}")
-        if default_tier is KeyTier.COLD:
+        if default_tier not in (KeyTier.WARM, KeyTier.HOT):
             raise ValueError("the default tier for proving must be warm or hot")
+        if key_home not in KEY_HOMES:
+            raise ValueError(f"key_home must be one of {', '.join(KEY_HOMES)}, got {key_home!r}")
+        self.key_home = key_home
         self.budget = budget
         self.chunk_bytes = chunk_bytes
         self.idle_evict_s = idle_evict_s
@@ -185,8 +210,34 @@ class KeyManager:
             return self._get(name).header
 
     def footprint(self, name: str, tier: KeyTier | None = None) -> int:
+        """Host bytes ``name`` holds at ``tier`` (default: its home, ``home``)."""
+        tier = tier or self.home(name)
         with self._lock:
-            return footprint(self._get(name).header, tier or self.default_tier)
+            return footprint(self._get(name).header, tier, chunk_bytes=self.chunk_bytes)
+
+    def home(self, name: str) -> KeyTier:
+        """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
+        and coefficients beside a proof; the default host tier otherwise. DeviceKeyTooLarge for ``key_home =
+        "device"`` and a key some device cannot hold (before anything is read)."""
+        if self.key_home == "host":
+            return self.default_tier
+        header = self.header(name)
+        with self._lock:
+            devices = list(self._devices.values())
+        too_small = [keys for keys in devices if not keys.can_synthesize(header)]
+        if devices and not too_small:
+            return KeyTier.DEVICE
+        if self.key_home == "device":
+            raise DeviceKeyTooLarge(f"key {name!r} cannot be homed on the devices (key_home = \"device\"): "
+                                    + (self.why_not_on_devices(name) or "there is no device"))
+        return self.default_tier
+
+    def why_not_on_devices(self, name: str) -> str:
+        """Why devices cannot home ``name`` (its VRAM need against each budget that is too small), '' when they can."""
+        header = self.header(name)
+        with self._lock:
+            devices = list(self._devices.values())
+        return "; ".join(keys.shortfall(header) for keys in devices if not keys.can_synthesize(header))
 
     def _get(self, name: str) -> _Entry:
         entry = self._entries.get(name)
@@ -201,9 +252,9 @@ class KeyManager:
         Waits for room in the budget (evicting idle keys) and for a load already in flight.
         ``cancelled`` is polled while waiting for room; when it fires, KeyLoadCancelled.
         """
-        tier = tier or self.default_tier
+        tier = tier or self.home(name)
         if tier is KeyTier.COLD:
-            raise KeyManagerError("a key is used warm or hot, not cold")
+            raise KeyManagerError("a key is used warm, hot or from the devices, not cold")
         while True:
             with self._lock:
                 entry = self._get(name)
@@ -235,13 +286,17 @@ class KeyManager:
         return lease
 
     def on_device(self, lease: KeyLease, backend: Backend, coefficients: bool = False,
-                  vectors_reserved: bool = False) -> DeviceKeyLease:
+                  vectors_reserved: bool = False, cancelled: Callable[[], bool] | None = None) -> DeviceKeyLease:
         """The leased key for proving on ``backend``: bases (and, asked for, coefficients) resident in its VRAM when
         they fit (uploaded on first use; ``vectors_reserved``: beside a proof that holds its vectors already), else
-        the host key. Release the result when the proof is done (before the host lease)."""
+        the host key; a device-homed key always resident, read from its file once room is free (``cancelled`` polled
+        while waiting). Release the result when the proof is done (before the host lease)."""
         if not is_device_backend(backend):
+            if lease.tier is KeyTier.DEVICE:
+                raise KeyManagerError(f"key {lease.name!r} is homed on the devices; backend {backend.name} has no VRAM")
             return DeviceKeyLease(None, None, lease.zkey)
-        return self.add_device(backend).acquire(lease.name, lease.zkey, coefficients, vectors_reserved)
+        return self.add_device(backend).acquire(lease.name, lease.zkey, coefficients, vectors_reserved,
+                                                home=lease.home, cancelled=cancelled)
 
     def synthesizes_on_devices(self, name: str) -> bool:
         """Whether a proof of ``name`` leaves A·w and B·w to the device: there are devices, and each one's budget holds
@@ -282,8 +337,17 @@ class KeyManager:
         return [keys.status() for keys in sorted(devices, key=lambda k: k.device)]
 
     def preload(self, name: str, tier: KeyTier | None = None, *, cancelled: Callable[[], bool] | None = None) -> KeyTier:
-        """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier."""
+        """Bring a key to (at least) ``tier`` now, so the first job does not pay for the load; returns its tier. A key
+        homed on the devices is read onto each device whose VRAM has room for it now (the others at first use)."""
         with self.acquire(name, tier, cancelled=cancelled) as lease:
+            if lease.tier is KeyTier.DEVICE:
+                with self._lock:
+                    devices = list(self._devices.values())
+                for keys in devices:
+                    try:  # one try, no waiting: a busy device loads it when a proof first needs it there
+                        keys.acquire(name, lease.zkey, home=lease.home, cancelled=lambda: True).release()
+                    except KeyLoadCancelled:
+                        log.info("preload: no room on device %d for key %s now; it loads at first use", keys.device, name)
             return lease.tier
 
     def _release(self, entry: _Entry) -> None:
@@ -303,7 +367,10 @@ class KeyManager:
         try:
             if tier is KeyTier.HOT:
                 zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
-                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the chunk's page cache is gone
+                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the ring is freed
+            elif tier is KeyTier.DEVICE:
+                entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes))
+                zkey, buffer = load_device_home(entry.path, header, entry.ring), None
             else:
                 zkey, buffer = read_zkey(entry.path), None
         except BaseException:
@@ -408,7 +475,7 @@ class KeyManager:
 
     @staticmethod
     def _mark_cold(entry: _Entry) -> None:
-        entry.zkey = entry.buffer = entry.reservation = None
+        entry.zkey = entry.buffer = entry.reservation = entry.ring = None
         entry.tier = KeyTier.COLD
 
     def _free(self, path: Path, buffer: HostBuffer | None, reservation: Reservation) -> None:
@@ -439,9 +506,12 @@ class KeyManager:
             return any(e.loading is not None for e in self._entries.values())
 
     def loads_total(self) -> int:
-        """Key loads so far, all keys (the engine compares it around a job to tell a clean peak measurement)."""
+        """Key loads so far, all keys, into host memory and onto devices (the engine compares it around a job to tell
+        a clean peak measurement)."""
         with self._lock:
-            return sum(e.loads for e in self._entries.values())
+            devices = list(self._devices.values())
+            host = sum(e.loads for e in self._entries.values())
+        return host + sum(keys.uploads for keys in devices)
 
     def status(self) -> list[dict]:
         with self._lock:
@@ -461,6 +531,7 @@ class KeyManager:
                     "reserved_bytes": e.reservation.nbytes if e.reservation else 0,
                     "hot_bytes": footprint(e.header, KeyTier.HOT),
                     "warm_bytes": footprint(e.header, KeyTier.WARM),
+                    "device_home_bytes": footprint(e.header, KeyTier.DEVICE, chunk_bytes=self.chunk_bytes),
                     "idle_s": None if e.tier is KeyTier.COLD or e.refcount else round(now - e.last_used, 3),
                     "loads": e.loads,
                     "evictions": e.evictions,

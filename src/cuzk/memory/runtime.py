@@ -5,7 +5,10 @@ that no job reserves. Left out of the budget, the reconciler sees it as *untrack
 shrinks the effective budget by whatever exceeds the plan's allowance — the budget then
 promises room the process itself already uses. So the engine measures itself and reserves it:
 
-- at start, the process's resident size (VmRSS) less what reservations already hold;
+- at start, the process's resident size (VmRSS; the engine passes the smaller of it and what the
+  kernel charges the limit's cgroup, so file-backed pages charged to another cgroup — the shared
+  libraries and numba's cache another process read first — are not reserved twice over) less
+  what reservations already hold;
 - afterwards, whenever the engine is idle (no working set reserved, nobody waiting), the same
   figure again, growing the reservation when it rose by more than ``step_bytes`` (numba
   compiles and maps its kernels on the first proof of each kind). It never shrinks: code and

@@ -38,9 +38,14 @@ follows what ``prover.groth16`` allocates:
   need beyond the arithmetic, not a measurement of each job).
 
 The host reservation is released in two phases: the a/b/c part when the prover reports
-those vectors freed, the rest when the job ends. A measured peak for the circuit replaces the
-estimate when it is larger: the estimate covers what the prover allocates, the measurement
-what it cannot see (allocator slack, backend temporaries).
+those vectors freed, the rest when the job ends. A measured peak for the circuit on the same
+path (backend, device vectors, device synthesis) calibrates the estimate into [1, 1.2]× the
+peak (``CALIBRATION_HEADROOM``): raised to it when the estimate is below it — the estimate
+covers what the prover allocates, the measurement what it cannot see (allocator slack, backend
+temporaries) — and lowered to 1.2× it when the estimate is above that — the arithmetic is a
+worst case (every temporary alive at once, the CPU MSM's scratch bound) that the kernel was
+seen not to charge, and reserving it would run fewer jobs than fit. Lowering takes from the
+a/b/c phase first, so what stays reserved after phase one still covers the MSM phase.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ THREAD_SLACK_BYTES = 512 << 10
 # side (one GIL issuing every lane's launches, synthesis feeding them) is the limit, while every lane costs a
 # synthesized job's host memory waiting for it and a stream whose freed blocks CuPy's pool keeps for that stream.
 MAX_PROOFS_PER_DEVICE = 4
+# A calibrated reservation is at most this many times the circuit's measured peak (and never below it).
+CALIBRATION_HEADROOM = 1.2
 
 
 @dataclass(frozen=True)
@@ -75,9 +82,10 @@ class WorkingSet:
     abc_bytes: int  # released when the prover frees a/b/c (phase one)
     rest_bytes: int  # witness, H scalars, MSM scratch, r1cs: released at the end
     estimated_bytes: int  # the header arithmetic alone
-    measured_bytes: int | None = None  # the largest peak measured for this circuit, if any
+    measured_bytes: int | None = None  # the largest peak measured for this circuit on this path, if any
     device_synthesis: bool = False  # a/b are left to the device (synthesis on the host only checks the witness)
     device_vectors: bool = False  # the proof waits for its vectors' VRAM: no domain vector on the host past the upload
+    path: str = "cpu"  # the path the proof takes (``proving_path``): a measured peak calibrates only the same path
 
     @property
     def total_bytes(self) -> int:
@@ -87,7 +95,7 @@ class WorkingSet:
         return {"total_bytes": self.total_bytes, "abc_bytes": self.abc_bytes, "rest_bytes": self.rest_bytes,
                 "estimated_bytes": self.estimated_bytes, "measured_bytes": self.measured_bytes,
                 "device_synthesis": self.device_synthesis,
-                "device_vectors": self.device_vectors}
+                "device_vectors": self.device_vectors, "path": self.path}
 
 
 def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
@@ -100,6 +108,14 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     m = min(n, MSM_TASK_POINTS)
     per_task = m * (3 * coord + 16) + min(n, MSM_MAX_BUCKETS) * 16
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
+
+
+def proving_path(*, on_device: bool, device_synthesis: bool = False, device_vectors: bool = False) -> str:
+    """A name for the way a proof runs, which sets its host working set: "cpu", or "device" with "+vectors" (held in
+    VRAM) and "+synthesis" (A·w and B·w on the device). Peaks are measured and kept per circuit and path."""
+    if not on_device:
+        return "cpu"
+    return "device" + ("+vectors" if device_vectors else "") + ("+synthesis" if device_synthesis else "")
 
 
 def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: bool = False,
@@ -124,9 +140,15 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
     if r1cs_path is not None:
         rest += 2 * os.path.getsize(r1cs_path)
     estimated = abc + rest
-    if measured_bytes is not None and measured_bytes > estimated:
-        rest += measured_bytes - estimated
-    return WorkingSet(abc, rest, estimated, measured_bytes, device_synthesis, device_vectors)
+    if measured_bytes is not None:
+        target = min(max(estimated, measured_bytes), int(measured_bytes * CALIBRATION_HEADROOM))
+        if target > estimated:
+            rest += target - estimated
+        else:
+            cut = estimated - target
+            abc, rest = max(0, abc - cut), rest - max(0, cut - abc)
+    return WorkingSet(abc, rest, estimated, measured_bytes, device_synthesis, device_vectors,
+                      proving_path(on_device=on_device, device_synthesis=device_synthesis, device_vectors=device_vectors))
 
 
 def device_vector_bytes(header: ZKeyHeader) -> int:

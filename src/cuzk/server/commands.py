@@ -134,7 +134,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
                 print(json.dumps(keys, indent=1))
             for k in keys if not args.json else []:
                 devices = ",".join(map(str, k.get("resident_devices", []))) or "-"
-                print(f"{k['name']:<32} {k['tier']:<5} {k['curve']:<10} 2^{k['domain_size'].bit_length() - 1:<3} "
+                print(f"{k['name']:<32} {k['tier']:<6} {k['curve']:<10} 2^{k['domain_size'].bit_length() - 1:<3} "
                       f"{format_size(k['reserved_bytes']):>12}  in use {k['in_use']}  VRAM on {devices}  {k['path']}")
     return 0
 

@@ -92,7 +92,7 @@ class SynthesisInputError(ValueError):
     """Coefficients or a witness that would index outside the domain or the witness."""
 
 
-def _checked_entries(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> np.ndarray:
+def checked_entries(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> np.ndarray:
     """The section as (n, 3 + limbs) uint32 words, after checking every index it holds (vectorised).
 
     The kernel does not bounds-check, so an out-of-range entry must be refused here.
@@ -131,7 +131,7 @@ def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) 
         hit = _row_orders.get(key)
     if hit is not None and hit[0]() is coeffs and hit[1].n_vars == n_vars and hit[1].domain_size == domain_size:
         return hit[1]
-    entries = _checked_entries(curve, coeffs, n_vars, domain_size)
+    entries = checked_entries(curve, coeffs, n_vars, domain_size)
     made = _RowOrder(entries, read_only(_order_by_row(entries, domain_size)[0]), n_vars, domain_size)
     try:
         ref = weakref.ref(coeffs, lambda _, key=key, table=_row_orders: table.pop(key, None))
@@ -140,16 +140,6 @@ def _row_order(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) 
     with _row_orders_lock:
         _row_orders[key] = (ref, made)
     return made
-
-
-def rows_by_matrix_row(curve: Curve, coeffs: np.ndarray, n_vars: int, domain_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The checked section as (n, 3 + limbs) uint32 words, its entries' (matrix, row) order and the rows' 2·domain_size
-    + 1 boundaries in that order: a CSR layout of A then B (the CUDA backend's device layout is made from it)."""
-    if len(coeffs) >= 1 << 32:
-        raise SynthesisInputError(f"{len(coeffs)} coefficients: row boundaries are 32-bit, so at most 2^32 - 1")
-    entries = _checked_entries(curve, coeffs, n_vars, domain_size)
-    order, starts = _order_by_row(entries, domain_size)
-    return entries, order, starts
 
 
 def evaluate_ab(curve: Curve, coeffs: np.ndarray, witness: np.ndarray, domain_size: int) -> tuple[np.ndarray, np.ndarray]:

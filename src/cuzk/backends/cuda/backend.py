@@ -99,6 +99,10 @@ class CudaBackend:
         return self.msm.upload_bases(curve, group, bases)
 
     @on_device
+    def upload_bases_from(self, curve: Curve, group: str, n: int, chunks) -> DeviceBases:
+        return self.msm.upload_bases_from(curve, group, n, chunks)
+
+    @on_device
     def upload_key(self, zkey):
         return self.msm.upload_key(zkey)
 
@@ -121,6 +125,13 @@ class CudaBackend:
     @on_device
     def upload_coefficients(self, curve: Curve, coeffs, n_vars: int, domain_size: int) -> DeviceCoefficients:
         return self.synthesis.upload(curve, coeffs, n_vars, domain_size)
+
+    @on_device
+    def upload_coefficients_from(self, curve: Curve, n: int, n_vars: int, domain_size: int, passes) -> DeviceCoefficients:
+        return self.synthesis.upload_from(curve, n, n_vars, domain_size, passes)
+
+    def coefficient_layout_scratch_bytes(self, curve: Curve, domain_size: int, chunk_bytes: int) -> int:
+        return self.synthesis.layout_scratch_bytes(curve, domain_size, chunk_bytes)
 
     @on_device
     def evaluate_ab(self, curve: Curve, coeffs: DeviceCoefficients, w):

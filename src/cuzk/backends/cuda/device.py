@@ -68,6 +68,11 @@ class Upload:
         self._event = event
         self._staging = staging
 
+    @property
+    def event(self):
+        """The copy's completion event (None once ``result`` has waited for it, or where copies are synchronous)."""
+        return self._event
+
     def result(self):
         if self._event is not None:
             self._runtime.wait_event(self._event)
@@ -245,6 +250,24 @@ class CudaDevice:
         lane = self.lane()
         out = self.runtime.empty(a.shape, a.dtype)
         return _Deferred(lane.copier().submit(self.upload_async, a, out, self.runtime.compute_event(), lane))
+
+    @on_device
+    def copy_chunks(self, out, chunks) -> None:
+        """Fill the flat uint32 device array ``out`` from consecutive staged chunks (``keys.stream.StagedChunk``: a
+        ring slot's bytes, page-locked where CUDA exists, copied straight from it; a host chunk is staged through the
+        pinned pool as any upload), each on the calling lane's copy stream with its slot held until its copy ends;
+        the compute stream is ordered after every copy."""
+        after, at = self.runtime.compute_event(), 0
+        for chunk in chunks:
+            words = chunk.array.view(np.uint32)
+            if at + words.size > out.size:
+                raise CudaInputError(f"staged chunks hold more than the {out.size * 4} bytes of their destination")
+            upload = self.upload_async(words, out[at : at + words.size], after)
+            chunk.hold(upload.event)
+            upload.result()
+            at += words.size
+        if at != out.size:
+            raise CudaInputError(f"staged chunks held {at * 4} bytes, their destination {out.size * 4}")
 
     def try_reserve(self, nbytes: int, what: str) -> VramReservation | None:
         """``nbytes`` of the VRAM budget (idle resident keys evicted for it), or None when they do not fit."""

@@ -128,6 +128,22 @@ class CudaMsm:
             raise
         return DeviceBases(curve, group, points, reservation)
 
+    def upload_bases_from(self, curve: Curve, group: str, n: int, chunks) -> DeviceBases:
+        """``n`` bases resident in VRAM, filled from staged chunks of their bytes in the file's layout (the device's
+        own: ``upload_bases`` copies the same bytes); VramExhaustedError (nothing read) when the budget cannot hold
+        them."""
+        if group not in ("g1", "g2"):
+            raise CudaInputError(f"group must be 'g1' or 'g2', got {group!r}")
+        words = point_words(curve, group)
+        reservation = self.vram.reserve(n * words * 4, f"{curve.name} {group.upper()} bases ({n} points)")
+        try:
+            points = self.runtime.empty((n, words), np.uint32)
+            self.gpu.copy_chunks(points.reshape(-1), chunks)
+        except BaseException:
+            reservation.release()
+            raise
+        return DeviceBases(curve, group, points, reservation)
+
     def upload_key(self, zkey):
         """A copy of ``zkey`` whose MSM bases (A, B1, B2, C, H) are resident in VRAM.
 
