@@ -269,6 +269,22 @@ def test_bench_attached_to_a_daemon_agrees_with_its_records(corpus_daemon, tmp_p
     assert all(jobs[r["job_id"]].request_id.startswith("bench-") for r in records)
 
 
+def test_without_matplotlib_the_bench_says_so_and_writes_all_but_the_png(corpus_daemon, tmp_path, capsys, monkeypatch):
+    import sys
+
+    daemon, circuits = corpus_daemon
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # how Python spells "not installed": the import raises ImportError
+    out = tmp_path / "out"
+    assert cli_main(["bench", "--addr", f"unix:{daemon.socket}", "--jobs", "2", "--warmup", "0", "--out", str(out),
+                     "--zkey", str(circuits[0].zkey), "--wtns", str(circuits[0].witness), "--sample-interval", "0.1",
+                     "--json", "--no-progress", "--timeout", "300"]) == 0
+    captured = capsys.readouterr()
+    assert "matplotlib is not installed" in captured.err and "pip install 'cuzk[plot]'" in captured.err
+    report = json.loads(captured.out)
+    assert report["ok"] and report["files"]["png"] is None
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["results.json", "timeline.csv"]
+
+
 def test_bench_refuses_options_that_do_not_apply_when_attached(tmp_path, capsys):
     assert cli_main(["bench", "--addr", "unix:/nonexistent.sock", "--budget", "1GiB", "--out", str(tmp_path)]) == 1
     assert "do not apply with --addr" in capsys.readouterr().err

@@ -153,8 +153,22 @@ def _cmd_circuit_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (it costs a one-shot prove ~10 ms)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print cuzk's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+
+        print(f"cuzk {__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
+    parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prove", help="prove a witness: cuzk prove <zkey> <wtns> <proof.json> <public.json>")
@@ -222,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "daemon":  # the daemon keeps its kernels under its own data directory
+        from .config import ENV_PREFIX, default_data_dir
+        from .jit_cache import use_cache_dir
+
+        use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does
