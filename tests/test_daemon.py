@@ -497,6 +497,65 @@ def test_http_metrics_and_status(daemon, client, circuits):
         urllib.request.urlopen(f"http://{daemon.http}/nothing", timeout=10)
 
 
+def _health(target: str) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:  # on TCP without the token: health checks are open
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="cuzk.v1.Cuzk"), timeout=10).status
+
+
+def _healthz(daemon) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{daemon.http}/healthz", timeout=10) as response:
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def test_health_reports_warming_until_the_jit_is_warm_then_serving(daemon):
+    from grpc_health.v1 import health_pb2
+
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    readings = []
+
+    def ready():
+        # Read in this order; the state only goes warming → serving, so a later reading never says less than an earlier.
+        reading = (_health(f"unix:{daemon.socket}"), _health(daemon.tcp), _healthz(daemon),
+                   json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())["server"])
+        readings.append(reading)
+        return reading[3]["state"] == "serving" and reading
+
+    unix, tcp, healthz, server = wait_for(ready, 600, "the JIT warm-up")
+    assert (unix, tcp, healthz) == (serving, serving, (200, "serving"))
+    assert server["warmup"]["error"] is None and server["warmup"]["seconds"] > 0
+    for unix, tcp, healthz, server in readings:
+        assert unix in (serving, not_serving) and healthz in ((200, "serving"), (503, "warming"))
+        if unix == serving:
+            assert tcp == serving and healthz == (200, "serving") and server["state"] == "serving"
+        if server["state"] == "warming":
+            assert (unix, tcp, healthz) == (not_serving, not_serving, (503, "warming")) and server["warmup"]["seconds"] is None
+
+
+def test_reflection_lists_the_services_and_needs_the_token_on_tcp(daemon):
+    import grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    def services(target: str, metadata=()) -> set[str]:
+        with grpc.insecure_channel(target) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            (answer,) = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                                  metadata=metadata, timeout=10)
+            return {s.name for s in answer.list_services_response.service}
+
+    expected = {"cuzk.v1.Cuzk", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
+    assert services(f"unix:{daemon.socket}") == expected
+    assert services(daemon.tcp, [("authorization", f"Bearer {TOKEN}")]) == expected
+    with pytest.raises(grpc.RpcError) as refused:
+        services(daemon.tcp)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 # -- start-up failures ----------------------------------------------------------------------------
 
 def test_a_second_daemon_on_the_same_data_dir_stops_with_a_clear_message(daemon):

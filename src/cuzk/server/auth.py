@@ -7,8 +7,13 @@ import hmac
 import grpc
 
 
+# The standard health service answers without the token: load balancers' probes send none, and it tells only
+# whether the daemon serves.
+OPEN_METHOD_PREFIX = "/grpc.health.v1.Health/"
+
+
 class BearerTokenInterceptor(grpc.ServerInterceptor):
-    """Refuse every call whose ``authorization`` metadata is not ``Bearer <token>``."""
+    """Refuse every call whose ``authorization`` metadata is not ``Bearer <token>`` (health checks excepted)."""
 
     def __init__(self, token: str):
         self._expected = f"Bearer {token}".encode()
@@ -19,6 +24,8 @@ class BearerTokenInterceptor(grpc.ServerInterceptor):
         self._deny = grpc.unary_unary_rpc_method_handler(deny)
 
     def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method.startswith(OPEN_METHOD_PREFIX):
+            return continuation(handler_call_details)
         for key, value in handler_call_details.invocation_metadata or ():
             if key == "authorization":
                 given = value.encode() if isinstance(value, str) else value

@@ -188,7 +188,13 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
     server = status.get("server") or {}
     supervisor = status.get("supervisor") or {}
     head = Table.grid(padding=(0, 2))
-    head.add_row("daemon", f"pid {server.get('pid')}  {', '.join(server.get('listen', []))}"
+    warmup = server.get("warmup") or {}
+    state = server.get("state", "")
+    if state == "warming":
+        state = "warming (compiling the proving kernels; jobs are taken, the first ones are slower)"
+    elif warmup.get("error"):
+        state += f" (JIT warm-up failed: {warmup['error']})"
+    head.add_row("daemon", f"{state}  pid {server.get('pid')}  {', '.join(server.get('listen', []))}"
                  + (f"  http {server['http']}" if server.get("http") else ""))
     head.add_row("budget", f"total {format_size(budget.get('total_bytes'))}  effective {format_size(budget.get('effective_total_bytes'))}  "
                  f"reserved {format_size(budget.get('reserved_bytes'))}  untracked {format_size(reading.get('untracked_bytes'))}  "

@@ -7,6 +7,13 @@ configured, TCP addresses that demand the bearer token — over TLS when ``tls_c
 ``tls_key`` are configured (recommended: otherwise the token crosses the network in clear). Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
+
+Every gRPC listener also serves the standard health service (``grpc.health.v1``; on TCP without
+the token: it tells nothing but the state) and server reflection. The daemon's state is
+"warming" from the moment it listens until its JIT warm-up (``engine/warmup.py``, in the
+background: jobs are taken meanwhile, they just compile what they need) has run, "serving"
+after, "stopping" once asked to stop: health answers NOT_SERVING, SERVING, NOT_SERVING, and
+HTTP ``/healthz`` 503, 200, 503.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
@@ -31,6 +40,7 @@ from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
 from .auth import BearerTokenInterceptor
 from .http import StatusHttpServer
 from .metrics import DaemonMetrics
+from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
 from .service import CuzkService
 
@@ -39,6 +49,8 @@ log = logging.getLogger("cuzk.daemon")
 DAEMON_FILE = Path("run") / "daemon.json"
 GRPC_THREADS = 64
 SHUTDOWN_GRACE_S = 5.0
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Cuzk"].full_name  # "cuzk.v1.Cuzk"
+WARMING, SERVING, STOPPING = "warming", "serving", "stopping"
 
 
 class StartupError(RuntimeError):
@@ -70,6 +82,29 @@ class Daemon:
         self._servers: list[grpc.Server] = []
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
+        self.health = health.HealthServicer()  # shared by every listener
+        self.state = WARMING
+        self.warmup: dict[str, Any] = {"seconds": None, "error": None}
+        self._set_health(WARMING)
+
+    def _set_health(self, state: str) -> None:
+        self.state = state
+        serving = health_pb2.HealthCheckResponse.SERVING if state == SERVING else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", SERVICE_NAME):  # "": the server as a whole, as health clients ask by default
+            self.health.set(service, serving)
+
+    def _warm_up(self) -> None:
+        """Compile or load the kernels of every registered key's curve (BN254 when none is) on the engine's backends."""
+        from ..engine.warmup import warm_up
+
+        curves = {key["curve"] for key in self.engine.status()["keys"]} or {"bn254"}
+        try:
+            self.warmup["seconds"] = round(warm_up(self.engine.backends, curves), 3)
+        except Exception as exc:  # proofs still work, compiling as they go: say so, and serve
+            log.exception("JIT warm-up failed; the first proofs compile what they need")
+            self.warmup["error"] = f"{type(exc).__name__}: {exc}"
+        if not self._stopped.is_set():
+            self._set_health(SERVING)
 
     def _on_state(self, job_id: str, state) -> None:
         if state.terminal:
@@ -86,7 +121,8 @@ class Daemon:
         return {
             **status,
             "supervisor": asdict(supervisor) if supervisor.supervisor_pid else None,
-            "server": {"version": __version__, "pid": os.getpid(), "started_at": self.started_at,
+            "server": {"version": __version__, "state": self.state, "warmup": dict(self.warmup),
+                       "pid": os.getpid(), "started_at": self.started_at,
                        "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
                        "max_request_bytes": self.config.max_request},
         }
@@ -100,6 +136,7 @@ class Daemon:
             self.stop()
             raise
         self.engine.start()
+        threading.Thread(target=self._warm_up, name="cuzk-warmup", daemon=True).start()
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
             "started_at": self.started_at})
@@ -123,6 +160,8 @@ class Daemon:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
             pb_grpc.add_CuzkServicer_to_server(service, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
             for address in addresses:
                 if address.startswith("unix:"):
                     Path(address[5:]).parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +181,7 @@ class Daemon:
             self._servers.append(server)
         if self.config.http:
             try:
-                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status).start()
+                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status, lambda: self.state).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
 
@@ -160,6 +199,8 @@ class Daemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        self._set_health(STOPPING)
+        self.health.enter_graceful_shutdown()
         (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
         # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
         self.engine.stop(timeout=SHUTDOWN_GRACE_S)

@@ -1,4 +1,7 @@
-"""HTTP side of the daemon: ``/metrics`` (Prometheus text) and ``/status`` (JSON), read-only.
+"""HTTP side of the daemon: ``/metrics`` (Prometheus text), ``/status`` (JSON) and ``/healthz``, read-only.
+
+``/healthz`` answers 200 ``serving`` once the daemon proves without compiling, 503 ``warming``
+before and 503 ``stopping`` while it shuts down (what a load balancer's probe wants).
 
 Plain ``http.server`` on its own threads: scrapes are rare and small, and the gRPC
 listeners stay untouched by a slow scraper.
@@ -21,7 +24,9 @@ log = logging.getLogger("cuzk.http")
 class StatusHttpServer:
     """Serve ``/metrics``, ``/status`` and ``/healthz`` on ``host:port`` (port 0 picks a free one)."""
 
-    def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]]):
+    def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]],
+                 state: Callable[[], str]):
+        """``state``: the daemon's "warming" | "serving" | "stopping"."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         outer = self
@@ -35,9 +40,10 @@ class StatusHttpServer:
                     elif path == "/status":
                         self._send(200, "application/json", json.dumps(outer.status(), indent=1, default=str).encode())
                     elif path == "/healthz":
-                        self._send(200, "text/plain", b"ok\n")
+                        state = outer.state()
+                        self._send(200 if state == "serving" else 503, "text/plain", f"{state}\n".encode())
                     else:
-                        self._send(404, "text/plain", b"not found: try /metrics or /status\n")
+                        self._send(404, "text/plain", b"not found: try /metrics, /status or /healthz\n")
                 except Exception as exc:  # a broken scrape must not take the daemon down
                     log.exception("HTTP %s failed", path)
                     self._send(500, "text/plain", f"error: {exc}\n".encode())
@@ -54,6 +60,7 @@ class StatusHttpServer:
 
         self.metrics_text = metrics_text
         self.status = status
+        self.state = state
         self._server = ThreadingHTTPServer((host, int(port)), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="cuzk-http", daemon=True)
