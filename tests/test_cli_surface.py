@@ -40,3 +40,26 @@ def test_the_jit_cache_is_keyed_by_the_build_and_a_users_choice_wins(tmp_path):
         assert use_cache_dir(tmp_path) is None and CACHE_ENV not in os.environ
     finally:
         os.environ[CACHE_ENV] = saved
+
+
+@pytest.mark.slow
+def test_a_daemon_keeps_its_kernels_under_its_data_directory(monkeypatch):
+    """Without NUMBA_CACHE_DIR, a daemon compiles cold into <data_dir>/numba-cache/<build> (minutes: slow)."""
+    import json
+    import urllib.request
+
+    from conftest import wait_for
+    from test_daemon import DaemonProcess, _healthz
+
+    monkeypatch.delenv(CACHE_ENV)
+    daemon = DaemonProcess({})
+    try:
+        def status():
+            return json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())["server"]
+
+        wait_for(lambda: status()["state"] == "serving", 1800, "the cold JIT warm-up")
+        assert _healthz(daemon) == (200, "serving") and status()["warmup"]["error"] is None
+        assert any((daemon.data_dir / "numba-cache" / build_key()).rglob("*.nbi"))
+    finally:
+        daemon.stop()
+        daemon.cleanup()

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..engine.supervisor import Supervisor, atomic_write_json
-    from .daemon import serve
+    from ..jit_cache import use_cache_dir
 
     config = load_config(args.config, overrides={
         "data_dir": args.data_dir, "listen": args.listen, "budget": args.budget, "http": args.http,
@@ -39,7 +39,10 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "token_file": args.token_file, "log_level": args.log_level})
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    use_cache_dir(config.data_dir)  # before numba is imported; the engine process inherits it
     if args.no_supervise:
+        from .daemon import serve
+
         return serve(config)
     config_path = config.data_dir / "run" / "daemon-config.json"
     atomic_write_json(config_path, json.loads(config.to_json()))
