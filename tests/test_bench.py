@@ -86,8 +86,10 @@ def test_latency_percentiles_are_ordered_and_bounded(values):
 def test_metrics_text_is_read_per_status_and_phase():
     text = ('# TYPE cuzk_proofs counter\ncuzk_proofs_total{circuit="a",status="done"} 3.0\n'
             'cuzk_proofs_total{circuit="b",status="done"} 2.0\ncuzk_proofs_total{circuit="b",status="failed"} 1.0\n'
-            '# TYPE cuzk_phase_seconds histogram\ncuzk_phase_seconds_bucket{le="+Inf",phase="msm"} 5.0\n'
-            'cuzk_phase_seconds_count{phase="msm"} 5.0\ncuzk_phase_seconds_sum{phase="msm"} 1.5\n'
+            '# TYPE cuzk_phase_seconds histogram\ncuzk_phase_seconds_bucket{circuit="a",le="+Inf",phase="msm"} 3.0\n'
+            'cuzk_phase_seconds_count{circuit="a",phase="msm"} 3.0\ncuzk_phase_seconds_sum{circuit="a",phase="msm"} 1.0\n'
+            'cuzk_phase_seconds_bucket{circuit="b",le="+Inf",phase="msm"} 2.0\n'
+            'cuzk_phase_seconds_count{circuit="b",phase="msm"} 2.0\ncuzk_phase_seconds_sum{circuit="b",phase="msm"} 0.5\n'
             '# TYPE cuzk_oom_restarts counter\ncuzk_oom_restarts_total 2.0\n'
             '# TYPE cuzk_worker_proofs counter\ncuzk_worker_proofs_total{device="0",worker="prove-0"} 4.0\n'
             'cuzk_worker_proofs_total{device="1",worker="prove-1"} 2.0\n')

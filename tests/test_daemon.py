@@ -470,14 +470,36 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
 # -- HTTP -----------------------------------------------------------------------------------------
 
 def test_http_metrics_and_status(daemon, client, circuits):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cuzk import __version__
+    from cuzk.server.metrics import key_label
+
     toy = circuits["small"]
     client.prove(toy.name, toy.witness_bytes(), timeout=120)
-    metrics = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
-    for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', "cuzk_phase_seconds_bucket", "cuzk_queue_depth",
-                 'cuzk_budget_bytes{kind="total"}', 'cuzk_budget_bytes{kind="untracked"}', 'cuzk_budget_reserved_bytes{category="key"}',
-                 "cuzk_oom_restarts_total", "cuzk_jobs{", 'cuzk_worker_proofs_total{device="cpu",worker="prove-0"}',
-                 'cuzk_worker_healthy{device="cpu",worker="prove-0"} 1.0'):
+    client.prove(toy.zkey, toy.witness_bytes(), timeout=120)  # a key named by its path: labelled by name, not the path
+    by_path = key_label(str(toy.zkey.resolve()))
+
+    def scrape_with_both():  # a job's counters are written by the engine's listener, just after its result is ready
+        text = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
+        return text if f'cuzk_proofs_total{{circuit="{by_path}",status="done"}}' in text else None
+
+    metrics = wait_for(scrape_with_both, 30, "the metrics of the proof by path")
+    assert by_path.startswith(toy.zkey.stem + "-") and "/" not in by_path
+    for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', f'cuzk_proofs_total{{circuit="{by_path}",status="done"}}',
+                 f'cuzk_phase_seconds_bucket{{circuit="{toy.name}",le="+Inf",phase="msm"}}', 'cuzk_queue_depth{priority="normal"}',
+                 "cuzk_budget_total_bytes ", "cuzk_budget_effective_total_bytes ", "cuzk_memory_untracked_bytes ",
+                 'cuzk_budget_reserved_bytes{category="key"}', 'cuzk_jobs{state="done"}', "cuzk_oom_restarts_total",
+                 'cuzk_worker_proofs_total{device="cpu",worker="prove-0"}', 'cuzk_worker_healthy{device="cpu",worker="prove-0"} 1.0',
+                 "process_resident_memory_bytes ", "process_cpu_seconds_total ", f'cuzk_build_info{{python="'):
         assert name in metrics, name
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert families["cuzk_build_info"].samples[0].labels["version"] == __version__
+    for family in families.values():  # one quantity per metric, no paths, one case for the values of a kind
+        for sample in family.samples:
+            assert "kind" not in sample.labels and all("/" not in v for v in sample.labels.values()), sample
+            for label in {"state", "status", "priority", "tier", "category", "phase"} & sample.labels.keys():
+                assert sample.labels[label] == sample.labels[label].lower(), sample
     assert client.metrics().startswith("# HELP")
     status = json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())
     assert status["budget"]["total_bytes"] > 0 and "by_category" in status["budget"]
