@@ -63,3 +63,93 @@ def test_a_daemon_keeps_its_kernels_under_its_data_directory(monkeypatch):
     finally:
         daemon.stop()
         daemon.cleanup()
+
+
+EXAMPLE = __import__("cuzk.bench.workload", fromlist=["example_dir"]).example_dir()
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_output_paths_are_checked_before_anything_is_read(tmp_path, capsys):
+    missing_dir = tmp_path / "no" / "proof.json"
+    # The key does not exist either: the output's error comes first, so nothing was computed.
+    assert cli_main(["prove", str(tmp_path / "none.zkey"), str(tmp_path / "none.wtns"), str(missing_dir), str(tmp_path / "p.json")]) == 1
+    assert _one_error_line(capsys) == f"error: {missing_dir}: cannot write: no such directory {missing_dir.parent}\n"
+    assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "p.json"), str(tmp_path)]) == 1
+    assert _one_error_line(capsys) == f"error: {tmp_path}: cannot write: it is a directory\n"
+    assert not (tmp_path / "p.json").exists()
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(missing_dir)]) == 1
+    assert "cannot write: no such directory" in _one_error_line(capsys)
+    assert cli_main(["setup", str(EXAMPLE / "circuit.r1cs"), str(missing_dir.with_suffix(".zkey"))]) == 1
+    assert "cannot write: no such directory" in _one_error_line(capsys)
+
+
+def test_zkey_export_verificationkey_is_export_vkey(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(a)]) == 0
+    assert cli_main(["zkey", "export-vkey", str(EXAMPLE / "circuit.zkey"), str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes() == (EXAMPLE / "verification_key.json").read_bytes()
+
+
+def test_setup_takes_one_ptau_in_snarkjs_order_or_by_flag(tmp_path, capsys):
+    r1cs, zkey = str(EXAMPLE / "circuit.r1cs"), str(tmp_path / "k.zkey")
+    assert cli_main(["setup", r1cs, "a.ptau", zkey, "--ptau", "b.ptau"]) == 1
+    assert "the ptau is given twice" in _one_error_line(capsys)
+    assert cli_main(["setup", r1cs, "a.ptau", zkey, "extra.zkey"]) == 1
+    assert "setup takes <circuit.r1cs> [<pot.ptau>] <out.zkey>" in _one_error_line(capsys)
+
+
+def test_prove_with_a_daemon_that_was_never_there_fails_at_once(tmp_path, capsys):
+    out = [str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    args = ["prove", "--daemon", f"unix:{tmp_path}/none.sock", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), *out]
+    assert cli_main(args) == 1
+    assert "the socket file does not exist" in _one_error_line(capsys)
+
+
+def test_prove_with_a_daemon_that_does_not_answer_says_it_is_waiting(tmp_path, capsys):
+    import socket
+
+    path = tmp_path / "quiet.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # the file of a daemon that is gone (or restarting): nothing accepts on it
+        args = ["prove", "--daemon", f"unix:{path}", "--timeout", "1", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
+                str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+        assert cli_main(args) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"waiting for the cuzk daemon at unix:{path}: nothing answers yet") and len(err) == 2
+    assert err[1].startswith("error: no cuzk daemon answers")
+
+
+def _prove_on_a_terminal(tmp_path, *flags) -> str:
+    """Run a local `cuzk prove` with its stderr on a pseudo-terminal; what it printed there."""
+    import pty
+
+    leader, follower = pty.openpty()
+    args = [sys.executable, "-m", "cuzk.cli", "prove", *flags, str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
+            str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    proc = subprocess.Popen(args, stderr=follower, stdout=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(600) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_a_local_proof_shows_its_steps_on_a_terminal_only(tmp_path, capfd):
+    assert "proving: 2^" in _prove_on_a_terminal(tmp_path)
+    assert _prove_on_a_terminal(tmp_path, "--quiet") == ""
+    assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"),
+                     str(tmp_path / "public.json")]) == 0
+    assert capfd.readouterr().err == ""  # not a terminal: nothing

@@ -301,6 +301,18 @@ def test_cli_submit_await_status_keys_top(daemon, circuits, tmp_path, capsys):
     assert "already finished" in capsys.readouterr().out
 
 
+def test_cli_jobs_json_lists_what_the_client_lists(daemon, client, circuits, capsys):
+    from cuzk.cli import main as cli_main
+
+    toy = circuits["small"]
+    done = client.prove(toy.name, toy.witness_bytes(), timeout=120)
+    assert cli_main(["jobs", "--json", "--daemon", f"unix:{daemon.socket}", "--limit", "5"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [j["job_id"] for j in listed] == [j.job_id for j in client.list_jobs(limit=5)]
+    mine = next(j for j in listed if j["job_id"] == done.job_id)
+    assert (mine["state"], mine["circuit"], mine["attempts"]) == ("DONE", toy.name, 1) and mine["finished_at"] >= mine["started_at"]
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,8 @@ def _client(args: argparse.Namespace):
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
-    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None)
+    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None,
+                  on_wait=lambda message: print(message, file=sys.stderr, flush=True))
 
 
 def _add_client_options(p: argparse.ArgumentParser,
@@ -104,6 +106,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_await(args: argparse.Namespace) -> int:
+    from ..cli import check_outputs
+
+    check_outputs(args.proof, args.public)
     with _client(args) as client:
         result = client.await_proof(args.job_id, args.timeout)
     result.write(args.proof, args.public)
@@ -143,6 +148,9 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
         jobs = client.list_jobs(states=args.state, limit=args.limit)
+    if args.json:
+        print(json.dumps([asdict(j) for j in jobs], indent=1))
+        return 0
     for j in jobs:
         print(f"{j.job_id}  {j.state:<12} {j.priority:<8} {j.circuit}" + (f"  {j.error}" if j.error else ""))
     return 0
@@ -292,6 +300,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("jobs", help="list the daemon's jobs, newest first")
     p.add_argument("--state", action="append", choices=[s.value for s in JobState])
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="the jobs as a JSON list (times are Unix seconds)")
     _add_client_options(p)
     p.set_defaults(func=_cmd_jobs)
 
