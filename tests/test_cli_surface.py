@@ -153,3 +153,20 @@ def test_a_local_proof_shows_its_steps_on_a_terminal_only(tmp_path, capfd):
     assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"),
                      str(tmp_path / "public.json")]) == 0
     assert capfd.readouterr().err == ""  # not a terminal: nothing
+
+
+def test_a_socket_without_a_daemon_behind_it_means_proving_here(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from cuzk.formats.json_io import read_proof, read_public, read_vkey
+    from cuzk.prover.verify import verify
+
+    path = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # a daemon's socket file left behind: nothing answers on it
+        monkeypatch.setenv("CUZK_DAEMON", f"unix:{path}")
+        proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+        assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(proof), str(public)]) == 0
+    assert capsys.readouterr().err == ""  # no waiting, no message: the proof was made in this process
+    vkey = read_vkey(EXAMPLE / "verification_key.json")
+    assert verify(vkey, read_public(public, curve=vkey.curve), read_proof(proof, curve=vkey.curve))

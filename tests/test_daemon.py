@@ -313,6 +313,25 @@ def test_cli_jobs_json_lists_what_the_client_lists(daemon, client, circuits, cap
     assert (mine["state"], mine["circuit"], mine["attempts"]) == ("DONE", toy.name, 1) and mine["finished_at"] >= mine["started_at"]
 
 
+def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, client, circuits, tmp_path, monkeypatch):
+    from cuzk.cli import main as cli_main
+
+    toy = circuits["small"]
+    monkeypatch.setenv("CUZK_DAEMON", f"unix:{daemon.socket}")  # where `cuzk status` would look
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+
+    def jobs() -> int:
+        return len(client.list_jobs())
+
+    before = jobs()
+    assert cli_main(["prove", str(toy.zkey), str(toy.witness), str(proof), str(public)]) == 0
+    assert jobs() == before + 1 and load_json(public) == toy.public
+    assert snarkjs_verify_all([(toy.vkey, public, proof)]) == [True]
+    for local in (["--local"], ["--backend", "cpu"], ["--no-verify"]):  # in this process: the daemon sees no job
+        assert cli_main(["prove", *local, str(toy.zkey), str(toy.witness), str(proof), str(public)]) == 0
+    assert jobs() == before + 1 and load_json(public) == toy.public
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"

@@ -49,16 +49,41 @@ class Steps:
 
 def _cmd_prove(args: argparse.Namespace) -> int:
     check_outputs(args.proof, args.public)
+    explicit = args.daemon is not None
+    if not explicit:
+        args.daemon = _running_local_daemon(args)
     if args.daemon:
+        from .client import DaemonUnavailable
         from .server.commands import prove_with_daemon
 
-        result = prove_with_daemon(args)
-        if args.verbose:
-            _print_timings(result.timings, f"daemon {result.job_id}")
-        return 0
+        try:
+            result = prove_with_daemon(args, wait=explicit)
+        except DaemonUnavailable:
+            if explicit:
+                raise
+            result = None  # the socket outlived its daemon (or is another user's): prove here
+        if result is not None:
+            if args.verbose:
+                _print_timings(result.timings, f"daemon {result.job_id}")
+            return 0
     with Steps(args.progress) as steps:
         steps.step("loading the key and the witness")
         return _prove_locally(args, steps)
+
+
+def _running_local_daemon(args: argparse.Namespace) -> str | None:
+    """Where a plain ``cuzk prove`` goes to the daemon on this machine: its unix socket (where ``cuzk status`` would
+    look) exists, and nothing asks for in-process proving (``--local``, ``--backend``, ``--r1cs``, ``--no-verify``).
+    The daemon has the kernels loaded and keeps the key resident, which a one-shot process pays for on every proof."""
+    if args.local or args.backend != "auto" or args.r1cs or not args.verify:
+        return None
+    from .config import ConfigError, client_target
+
+    try:
+        address, _ = client_target(None, args.config)
+    except ConfigError:  # a broken daemon configuration is the daemon's business, not a local proof's
+        return None
+    return address if address.startswith("unix:") and os.path.exists(address[5:]) else None
 
 
 def _prove_locally(args: argparse.Namespace, steps: Steps) -> int:
@@ -68,7 +93,7 @@ def _prove_locally(args: argparse.Namespace, steps: Steps) -> int:
     from .formats.wtns import read_wtns
     from .formats.zkey import read_zkey
     from .prover.groth16 import prove
-    from .prover.verify import verify, vkey_from_zkey
+    from .prover.verify import prepare_zkey, verify
 
     t0 = time.perf_counter()
     zkey = read_zkey(args.zkey)
@@ -82,7 +107,7 @@ def _prove_locally(args: argparse.Namespace, steps: Steps) -> int:
     if args.verify:
         steps.step("verifying the proof")
         t = time.perf_counter()
-        ok = verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+        ok = verify(prepare_zkey(zkey), proof.public_signals, proof)
         timings["verify"] = time.perf_counter() - t
         if not ok:
             print("error: the proof does not verify against the key's verification data; nothing written "
@@ -246,6 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    p.add_argument("--local", action="store_true",
+                   help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
+                        "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
+                        "--no-verify is given)")
     _add_progress_option(p)
     from .server.commands import add_daemon_commands, add_daemon_prove_options
 

@@ -32,7 +32,7 @@ def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
     from ..formats.zkey import read_zkey
     from ..prover.groth16 import prove
     from ..prover.setup import setup
-    from ..prover.verify import prepare_vkey, verify, vkey_from_zkey
+    from ..prover.verify import prepare_zkey, verify
 
     t = time.perf_counter()
     kinds = {backend.name: backend for backend in backends}  # kernels are per process (numba) or per module (CUDA)
@@ -43,7 +43,7 @@ def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
             zkey_path = Path(tmp) / curve.name / "circuit.zkey"
             setup(r1cs, zkey_path, backend="cpu")
             zkey, witness = read_zkey(zkey_path), read_wtns(wtns)
-            pvk = prepare_vkey(vkey_from_zkey(zkey))
+            pvk = prepare_zkey(zkey)
             for backend in kinds.values():
                 proof = prove(backend, zkey, witness)
                 if not verify(pvk, proof.public_signals, proof):

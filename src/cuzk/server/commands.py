@@ -62,13 +62,15 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 # -- clients ------------------------------------------------------------------------------------
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace, *, wait: bool = True):
+    """``wait``: ride over a daemon restart (up to the client's grace, saying so on stderr), else fail at once."""
     from ..client import Client
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
     return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None,
-                  on_wait=lambda message: print(message, file=sys.stderr, flush=True))
+                  restart_grace=60.0 if wait else 0.0,
+                  on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
 
 
 def _add_client_options(p: argparse.ArgumentParser,
@@ -86,11 +88,11 @@ def _add_priority_option(p: argparse.ArgumentParser, help_text: str | None = Non
                    type=str.lower, help=help_text)
 
 
-def prove_with_daemon(args: argparse.Namespace) -> ProofResult:
+def prove_with_daemon(args: argparse.Namespace, *, wait: bool = True) -> ProofResult:
     """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>``; the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _client(args) as client:  # a local daemon reads the witness file itself
+    with _client(args, wait=wait) as client:  # a local daemon reads the witness file itself
         result = client.prove(args.zkey, Path(args.wtns), priority=args.priority, timeout=args.timeout)
     result.write(args.proof, args.public)
     return result
