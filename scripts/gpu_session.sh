@@ -45,6 +45,6 @@ for s in "$@"; do
     *) echo "unknown step $s" ;;
   esac
 done
-find src -name '*.nbi' -o -name '*.nbc' | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz
+find src .cache \( -name '*.nbi' -o -name '*.nbc' \) 2>/dev/null | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz   # tests keep it in .cache (conftest)
 split -b 15m /tmp/numba.tgz $OUT/numba.tgz.part-
 tar czf $OUT/results.tgz --exclude=daemon -C /tmp res; ls -la $OUT

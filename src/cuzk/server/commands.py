@@ -260,7 +260,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-over-limit", action="store_true",
                    help="trust --budget even above the detected limit (cgroup or MemTotal), with a loud warning; the kernel "
                         "may then OOM-kill the engine, after which the supervisor's learned budget (under the real limit) wins")
-    p.add_argument("--http", help="HOST:PORT for /metrics and /status ('' turns it off; default 127.0.0.1:9750)")
+    p.add_argument("--http", help="HOST:PORT for /metrics, /status and /healthz ('' turns it off; default 127.0.0.1:9750)")
     p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--no-supervise", action="store_true", help="run the engine in this process, without restarts")
