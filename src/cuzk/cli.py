@@ -23,28 +23,30 @@ def check_outputs(*paths: str | os.PathLike) -> None:
 
 
 class Steps:
-    """A live line on stderr naming the step a long local command is in, with the time spent (rich, transient);
+    """A live line on stderr naming the step a long local command is in, with the time it has run (rich, transient);
     only on a terminal, and not with --quiet / --no-progress."""
 
     def __init__(self, enabled: bool):
-        self._status = None
+        self._progress = None
         if enabled and sys.stderr.isatty():
             from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-            self._status = Console(stderr=True).status("starting")
-            self._status.start()
-        self._t0 = time.perf_counter()
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=True)
+            self._task = self._progress.add_task("starting", total=None)
+            self._progress.start()
 
     def step(self, text: str) -> None:
-        if self._status is not None:
-            self._status.update(f"{text}  ({time.perf_counter() - self._t0:.1f} s)")
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
 
     def __enter__(self) -> Steps:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._status is not None:
-            self._status.stop()
+        if self._progress is not None:
+            self._progress.stop()
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:

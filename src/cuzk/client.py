@@ -194,12 +194,12 @@ class Client:
                 if exc.code() != grpc.StatusCode.UNAVAILABLE:
                     self._answered = True
                 elif not self._answered and self._no_socket():
-                    raise DaemonUnavailable(f"no cuzk daemon at {self.address}: the socket file does not exist "
+                    raise DaemonUnavailable(f"no cuzk daemon answers at {self.address}: the socket file does not exist "
                                             "(start one with `cuzk daemon`, or give its address with --daemon)") from None
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and retry:
                     if unavailable_since is None and self.on_wait is not None:
                         self.on_wait(f"waiting for the cuzk daemon at {self.address}: nothing answers yet (restarting?); "
-                                     f"giving up after {self.restart_grace:.0f} s")
+                                     f"giving up after {self.restart_grace:g} s")
                     unavailable_since = unavailable_since or now
                     give_up_at = unavailable_since + self.restart_grace
                     if deadline is not None:

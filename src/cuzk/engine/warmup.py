@@ -11,12 +11,14 @@ temporary directory, and large enough that its MSMs take the bucket path real ke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from ..backends.base import is_device_backend
 from ..backends.cpu.msm import BIT_MSM_POINTS
 
 log = logging.getLogger("cuzk.engine")
@@ -45,7 +47,14 @@ def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
             zkey, witness = read_zkey(zkey_path), read_wtns(wtns)
             pvk = prepare_zkey(zkey)
             for backend in kinds.values():
-                proof = prove(backend, zkey, witness)
+                # On a device: a lane of its own, as each proving worker has, so jobs already running are undisturbed.
+                lane = backend.new_lane() if is_device_backend(backend) else None
+                try:
+                    with lane or contextlib.nullcontext():
+                        proof = prove(backend, zkey, witness)
+                finally:
+                    if lane is not None:
+                        lane.close()
                 if not verify(pvk, proof.public_signals, proof):
                     raise RuntimeError(f"the warm-up proof on {curve.name} with the {backend.name} backend does not verify")
             log.info("JIT warm for %s on %s", curve.name, ", ".join(kinds))

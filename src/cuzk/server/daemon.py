@@ -83,6 +83,7 @@ class Daemon:
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
         self.health = health.HealthServicer()  # shared by every listener
+        self._state_lock = threading.Lock()  # the state only moves forward: warming → serving → stopping
         self.state = WARMING
         self.warmup: dict[str, Any] = {"seconds": None, "error": None}
         self._set_health(WARMING)
@@ -103,8 +104,9 @@ class Daemon:
         except Exception as exc:  # proofs still work, compiling as they go: say so, and serve
             log.exception("JIT warm-up failed; the first proofs compile what they need")
             self.warmup["error"] = f"{type(exc).__name__}: {exc}"
-        if not self._stopped.is_set():
-            self._set_health(SERVING)
+        with self._state_lock:
+            if self.state == WARMING:
+                self._set_health(SERVING)
 
     def _on_state(self, job_id: str, state) -> None:
         if state.terminal:
@@ -199,7 +201,8 @@ class Daemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self._set_health(STOPPING)
+        with self._state_lock:
+            self._set_health(STOPPING)
         self.health.enter_graceful_shutdown()
         (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
         # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
