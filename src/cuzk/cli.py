@@ -68,6 +68,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             if args.verbose:
                 _print_timings(result.timings, f"daemon {result.job_id}")
             return 0
+    _use_jit_cache()
     with Steps(args.progress) as steps:
         steps.step("loading the key and the witness")
         return _prove_locally(args, steps)
@@ -340,13 +341,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that compile nothing here: the daemon's clients, `cuzk daemon` (its kernels live under its own data
+# directory) and `cuzk prove` (which decides once it knows whether it proves here or on a daemon).
+WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", "top", "prove"}
+
+
+def _use_jit_cache() -> None:
+    """numba's cache under the data directory ($CUZK_DATA_DIR, else the default one), before numba is imported."""
+    from .config import ENV_PREFIX, default_data_dir
+    from .jit_cache import use_cache_dir
+
+    use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command != "daemon":  # the daemon keeps its kernels under its own data directory
-        from .config import ENV_PREFIX, default_data_dir
-        from .jit_cache import use_cache_dir
-
-        use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
+    if args.command not in WITHOUT_JIT:
+        _use_jit_cache()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does
