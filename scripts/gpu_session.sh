@@ -14,6 +14,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT /tmp/res
 find src -name '*.py' -exec touch -d '2026-01-01 00:00:00' {} +   # numba's cache keys on source mtime
 [ -f .gpurun/numba.tgz ] && tar xzf .gpurun/numba.tgz && echo "numba cache restored"
 [ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+# One numba cache for the warm-up, the tests (tests/conftest.py picks the same) and the daemons they start.
+export NUMBA_CACHE_DIR=$(python3 -c "from cuzk.jit_cache import cache_dir; print(cache_dir('$PWD/.cache'))")
 python3 -c "import numba, numpy as np; f=numba.njit(parallel=True)(lambda a: a.sum()); f(np.ones(4)); print('numba threading layer', numba.threading_layer())"
 nvidia-smi -L; nproc; python3 -c "import numba, cupy, llvmlite.binding as ll; print('numba', numba.__version__, 'cupy', cupy.__version__, ll.get_host_cpu_name())"
 cuzk="python3 -m cuzk.cli"
@@ -51,6 +53,6 @@ for s in "$@"; do
     *) echo "unknown step $s" ;;
   esac
 done
-find src -name '*.nbi' -o -name '*.nbc' | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz
+find src .cache \( -name '*.nbi' -o -name '*.nbc' \) 2>/dev/null | tar czf /tmp/numba.tgz -T - && ls -la /tmp/numba.tgz   # tests keep it in .cache (conftest)
 split -b 15m /tmp/numba.tgz $OUT/numba.tgz.part-
 tar czf $OUT/results.tgz --exclude=daemon -C /tmp res; ls -la $OUT

@@ -16,7 +16,8 @@ case " $* " in *cluster*) extras=test,cluster ;; esac  # the Ray tests (-m clust
 [ -x .gen-proto-venv/bin/python ] || scripts/gen_proto.sh "$(mktemp -d)" 2>&1 | grep -v '^WARNING: Location' || true
 [ -x tests/oracle/node_modules/.bin/snarkjs ] || npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
 # Compile (and cache on disk) the numba kernels once, in one process, before tests start
-# daemons that would otherwise each compile them cold and race for the cache.
+# daemons that would otherwise each compile them cold and race for the cache: the cache under
+# .cache, the one tests/conftest.py gives the tests and their daemons.
 ex=src/cuzk/examples/synthetic_bn254
-.venv/bin/cuzk prove "$ex/circuit.zkey" "$ex/witness.wtns" "${TMPDIR:-/tmp}/cuzk-warmup-proof.json" "${TMPDIR:-/tmp}/cuzk-warmup-public.json"
+CUZK_DATA_DIR="$PWD/.cache" .venv/bin/cuzk prove "$ex/circuit.zkey" "$ex/witness.wtns" "${TMPDIR:-/tmp}/cuzk-warmup-proof.json" "${TMPDIR:-/tmp}/cuzk-warmup-public.json"
 exec .venv/bin/python -m pytest "$@"

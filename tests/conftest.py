@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from cuzk.jit_cache import CACHE_ENV, cache_dir
+
 REPO = Path(__file__).resolve().parents[1]
+# One numba cache for this checkout's tests and every daemon they start (children inherit the variable), the one
+# scripts/test.sh warms: a test daemon's data directory is new, and its own cache there would compile cold each time.
+os.environ.setdefault(CACHE_ENV, str(cache_dir(REPO / ".cache")))
 CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere
 SNARKJS = REPO / "tests" / "oracle" / "node_modules" / ".bin" / "snarkjs"
 

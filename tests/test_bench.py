@@ -86,8 +86,10 @@ def test_latency_percentiles_are_ordered_and_bounded(values):
 def test_metrics_text_is_read_per_status_and_phase():
     text = ('# TYPE cuzk_proofs counter\ncuzk_proofs_total{circuit="a",status="done"} 3.0\n'
             'cuzk_proofs_total{circuit="b",status="done"} 2.0\ncuzk_proofs_total{circuit="b",status="failed"} 1.0\n'
-            '# TYPE cuzk_phase_seconds histogram\ncuzk_phase_seconds_bucket{le="+Inf",phase="msm"} 5.0\n'
-            'cuzk_phase_seconds_count{phase="msm"} 5.0\ncuzk_phase_seconds_sum{phase="msm"} 1.5\n'
+            '# TYPE cuzk_phase_seconds histogram\ncuzk_phase_seconds_bucket{circuit="a",le="+Inf",phase="msm"} 3.0\n'
+            'cuzk_phase_seconds_count{circuit="a",phase="msm"} 3.0\ncuzk_phase_seconds_sum{circuit="a",phase="msm"} 1.0\n'
+            'cuzk_phase_seconds_bucket{circuit="b",le="+Inf",phase="msm"} 2.0\n'
+            'cuzk_phase_seconds_count{circuit="b",phase="msm"} 2.0\ncuzk_phase_seconds_sum{circuit="b",phase="msm"} 0.5\n'
             '# TYPE cuzk_oom_restarts counter\ncuzk_oom_restarts_total 2.0\n'
             '# TYPE cuzk_worker_proofs counter\ncuzk_worker_proofs_total{device="0",worker="prove-0"} 4.0\n'
             'cuzk_worker_proofs_total{device="1",worker="prove-1"} 2.0\n')
@@ -267,6 +269,22 @@ def test_bench_attached_to_a_daemon_agrees_with_its_records(corpus_daemon, tmp_p
         assert metrics["proofs_by_circuit"][c.name]["done"] == sum(r["circuit"] == c.name for r in records)
     assert report["latency_by_circuit"].keys() == {c.name for c in circuits}
     assert all(jobs[r["job_id"]].request_id.startswith("bench-") for r in records)
+
+
+def test_without_matplotlib_the_bench_says_so_and_writes_all_but_the_png(corpus_daemon, tmp_path, capsys, monkeypatch):
+    import sys
+
+    daemon, circuits = corpus_daemon
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # how Python spells "not installed": the import raises ImportError
+    out = tmp_path / "out"
+    assert cli_main(["bench", "--addr", f"unix:{daemon.socket}", "--jobs", "2", "--warmup", "0", "--out", str(out),
+                     "--zkey", str(circuits[0].zkey), "--wtns", str(circuits[0].witness), "--sample-interval", "0.1",
+                     "--json", "--no-progress", "--timeout", "300"]) == 0
+    captured = capsys.readouterr()
+    assert "matplotlib is not installed" in captured.err and "pip install 'cuzk[plot]'" in captured.err
+    report = json.loads(captured.out)
+    assert report["ok"] and report["files"]["png"] is None
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["results.json", "timeline.csv"]
 
 
 def test_bench_refuses_options_that_do_not_apply_when_attached(tmp_path, capsys):

@@ -313,6 +313,37 @@ def test_cli_submit_await_status_keys_top(daemon, circuits, tmp_path, capsys):
     assert "already finished" in capsys.readouterr().out
 
 
+def test_cli_jobs_json_lists_what_the_client_lists(daemon, client, circuits, capsys):
+    from cuzk.cli import main as cli_main
+
+    toy = circuits["small"]
+    done = client.prove(toy.name, toy.witness_bytes(), timeout=120)
+    assert cli_main(["jobs", "--json", "--daemon", f"unix:{daemon.socket}", "--limit", "5"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [j["job_id"] for j in listed] == [j.job_id for j in client.list_jobs(limit=5)]
+    mine = next(j for j in listed if j["job_id"] == done.job_id)
+    assert (mine["state"], mine["circuit"], mine["attempts"]) == ("DONE", toy.name, 1) and mine["finished_at"] >= mine["started_at"]
+
+
+def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, client, circuits, tmp_path, monkeypatch):
+    from cuzk.cli import main as cli_main
+
+    toy = circuits["small"]
+    monkeypatch.setenv("CUZK_DAEMON", f"unix:{daemon.socket}")  # where `cuzk status` would look
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+
+    def jobs() -> int:
+        return len(client.list_jobs())
+
+    before = jobs()
+    assert cli_main(["prove", str(toy.zkey), str(toy.witness), str(proof), str(public)]) == 0
+    assert jobs() == before + 1 and load_json(public) == toy.public
+    assert snarkjs_verify_all([(toy.vkey, public, proof)]) == [True]
+    for local in (["--local"], ["--backend", "cpu"], ["--no-verify"]):  # in this process: the daemon sees no job
+        assert cli_main(["prove", *local, str(toy.zkey), str(toy.witness), str(proof), str(public)]) == 0
+    assert jobs() == before + 1 and load_json(public) == toy.public
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"
@@ -482,14 +513,36 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
 # -- HTTP -----------------------------------------------------------------------------------------
 
 def test_http_metrics_and_status(daemon, client, circuits):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cuzk import __version__
+    from cuzk.server.metrics import key_label
+
     toy = circuits["small"]
     client.prove(toy.name, toy.witness_bytes(), timeout=120)
-    metrics = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
-    for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', "cuzk_phase_seconds_bucket", "cuzk_queue_depth",
-                 'cuzk_budget_bytes{kind="total"}', 'cuzk_budget_bytes{kind="untracked"}', 'cuzk_budget_reserved_bytes{category="key"}',
-                 "cuzk_oom_restarts_total", "cuzk_jobs{", 'cuzk_worker_proofs_total{device="cpu",worker="prove-0"}',
-                 'cuzk_worker_healthy{device="cpu",worker="prove-0"} 1.0'):
+    client.prove(toy.zkey, toy.witness_bytes(), timeout=120)  # a key named by its path: labelled by name, not the path
+    by_path = key_label(str(toy.zkey.resolve()))
+
+    def scrape_with_both():  # a job's counters are written by the engine's listener, just after its result is ready
+        text = urllib.request.urlopen(f"http://{daemon.http}/metrics", timeout=10).read().decode()
+        return text if f'cuzk_proofs_total{{circuit="{by_path}",status="done"}}' in text else None
+
+    metrics = wait_for(scrape_with_both, 30, "the metrics of the proof by path")
+    assert by_path.startswith(toy.zkey.stem + "-") and "/" not in by_path
+    for name in (f'cuzk_proofs_total{{circuit="{toy.name}",status="done"}}', f'cuzk_proofs_total{{circuit="{by_path}",status="done"}}',
+                 f'cuzk_phase_seconds_bucket{{circuit="{toy.name}",le="+Inf",phase="msm"}}', 'cuzk_queue_depth{priority="normal"}',
+                 "cuzk_budget_total_bytes ", "cuzk_budget_effective_total_bytes ", "cuzk_memory_untracked_bytes ",
+                 'cuzk_budget_reserved_bytes{category="key"}', 'cuzk_jobs{state="done"}', "cuzk_oom_restarts_total",
+                 'cuzk_worker_proofs_total{device="cpu",worker="prove-0"}', 'cuzk_worker_healthy{device="cpu",worker="prove-0"} 1.0',
+                 "process_resident_memory_bytes ", "process_cpu_seconds_total ", f'cuzk_build_info{{python="'):
         assert name in metrics, name
+    families = {f.name: f for f in text_string_to_metric_families(metrics)}
+    assert families["cuzk_build_info"].samples[0].labels["version"] == __version__
+    for family in families.values():  # one quantity per metric, no paths, one case for the values of a kind
+        for sample in family.samples:
+            assert "kind" not in sample.labels and all("/" not in v for v in sample.labels.values()), sample
+            for label in {"state", "status", "priority", "tier", "category", "phase"} & sample.labels.keys():
+                assert sample.labels[label] == sample.labels[label].lower(), sample
     assert client.metrics().startswith("# HELP")
     status = json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())
     assert status["budget"]["total_bytes"] > 0 and "by_category" in status["budget"]
@@ -507,6 +560,65 @@ def test_http_metrics_and_status(daemon, client, circuits):
     assert gauges[charged] > 0 and other not in gauges
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://{daemon.http}/nothing", timeout=10)
+
+
+def _health(target: str) -> int:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:  # on TCP without the token: health checks are open
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="cuzk.v1.Cuzk"), timeout=10).status
+
+
+def _healthz(daemon) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://{daemon.http}/healthz", timeout=10) as response:
+            return response.status, response.read().decode().strip()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode().strip()
+
+
+def test_health_reports_warming_until_the_jit_is_warm_then_serving(daemon):
+    from grpc_health.v1 import health_pb2
+
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+    readings = []
+
+    def ready():
+        # Read in this order; the state only goes warming → serving, so a later reading never says less than an earlier.
+        reading = (_health(f"unix:{daemon.socket}"), _health(daemon.tcp), _healthz(daemon),
+                   json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())["server"])
+        readings.append(reading)
+        return reading[3]["state"] == "serving" and reading
+
+    unix, tcp, healthz, server = wait_for(ready, 600, "the JIT warm-up")
+    assert (unix, tcp, healthz) == (serving, serving, (200, "serving"))
+    assert server["warmup"]["error"] is None and server["warmup"]["seconds"] > 0
+    for unix, tcp, healthz, server in readings:
+        assert unix in (serving, not_serving) and healthz in ((200, "serving"), (503, "warming"))
+        if unix == serving:
+            assert tcp == serving and healthz == (200, "serving") and server["state"] == "serving"
+        if server["state"] == "warming":
+            assert (unix, tcp, healthz) == (not_serving, not_serving, (503, "warming")) and server["warmup"]["seconds"] is None
+
+
+def test_reflection_lists_the_services_and_needs_the_token_on_tcp(daemon):
+    import grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    def services(target: str, metadata=()) -> set[str]:
+        with grpc.insecure_channel(target) as channel:
+            stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+            (answer,) = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
+                                                  metadata=metadata, timeout=10)
+            return {s.name for s in answer.list_services_response.service}
+
+    expected = {"cuzk.v1.Cuzk", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"}
+    assert services(f"unix:{daemon.socket}") == expected
+    assert services(daemon.tcp, [("authorization", f"Bearer {TOKEN}")]) == expected
+    with pytest.raises(grpc.RpcError) as refused:
+        services(daemon.tcp)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 # -- start-up failures ----------------------------------------------------------------------------

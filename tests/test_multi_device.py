@@ -309,7 +309,7 @@ def test_two_devices_prove_with_their_own_resident_keys(circuits, tmp_path):
     for w in provers:
         assert f'cuzk_worker_proofs_total{{device="{w["device"]}",worker="{w["name"]}"}} {float(w["jobs_done"])}' in metrics
         assert f'cuzk_worker_healthy{{device="{w["device"]}",worker="{w["name"]}"}} 1.0' in metrics
-    assert 'cuzk_vram_bytes{device="1",kind="total"}' in metrics
+    assert 'cuzk_vram_total_bytes{device="1"}' in metrics and 'cuzk_vram_resident_keys_bytes{device="1"}' in metrics
     for device in status["devices"]:  # each device uploaded a key once, however many of its proofs used it
         assert device["uploads"] == len(device["keys"]) <= 2 and device["evictions"] == 0
     for device in status["devices"]:  # the engine stopped: every device copy freed (NTT tables stay cached)

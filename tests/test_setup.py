@@ -264,7 +264,7 @@ def ptau_bls12_381(tmp_path_factory):
 def _ptau_key(curve, ptau, tmp_path, capsys):
     r1cs_path, wtns_path = write_synthetic(tmp_path, synthesize(curve, 180, 2, seed=4))
     zkey = tmp_path / "circuit.zkey"
-    assert cli_main(["setup", str(r1cs_path), str(zkey), "--ptau", str(ptau)]) == 0
+    assert cli_main(["setup", str(r1cs_path), str(ptau), str(zkey)]) == 0  # snarkjs's order (the --ptau flag: below)
     assert "TESTING ONLY" not in capsys.readouterr().out
     header = read_zkey_header(zkey)
     with read_ptau(ptau) as p:

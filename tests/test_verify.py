@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -245,3 +246,15 @@ def test_cli_verify_takes_other_provers_layout_and_keeps_unreadable_apart_from_i
     truncated.write_text(proof.read_text()[:40])
     assert cli_main(["verify", str(vkey), str(public), str(truncated)]) == 2
     assert cli_main(["verify", str(vkey), str(public), str(tmp_path / "missing.json")]) == 2
+
+
+def test_prepare_zkey_is_prepare_vkey_of_the_exported_key():
+    from cuzk.bench.workload import example_dir
+    from cuzk.formats.zkey import read_zkey
+    from cuzk.prover.verify import prepare_vkey, prepare_zkey, vkey_from_zkey
+
+    zkey = read_zkey(example_dir() / "circuit.zkey")
+    once, twice = prepare_zkey(zkey), prepare_vkey(vkey_from_zkey(zkey))
+    assert once.vkey == twice.vkey
+    for name in ("ic", "lines", "target"):
+        assert np.array_equal(getattr(once, name), getattr(twice, name)), name

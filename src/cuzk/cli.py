@@ -10,22 +10,89 @@ import time
 from pathlib import Path
 
 
+def check_outputs(*paths: str | os.PathLike) -> None:
+    """Refuse, before any work, output files that could not be written: one line each, as for unreadable inputs."""
+    for path in map(Path, paths):
+        parent = path.parent if str(path.parent) else Path(".")
+        if path.is_dir():
+            raise ValueError(f"{path}: cannot write: it is a directory")
+        if not parent.is_dir():
+            raise ValueError(f"{path}: cannot write: no such directory {parent}")
+        if not os.access(path if path.exists() else parent, os.W_OK):
+            raise ValueError(f"{path}: cannot write: permission denied")
+
+
+class Steps:
+    """A live line on stderr naming the step a long local command is in, with the time it has run (rich, transient);
+    only on a terminal, and not with --quiet / --no-progress."""
+
+    def __init__(self, enabled: bool):
+        self._progress = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                      console=Console(stderr=True), transient=True)
+            self._task = self._progress.add_task("starting", total=None)
+            self._progress.start()
+
+    def step(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
+
+    def __enter__(self) -> Steps:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
 def _cmd_prove(args: argparse.Namespace) -> int:
+    check_outputs(args.proof, args.public)
+    explicit = args.daemon is not None
+    if not explicit:
+        args.daemon = _running_local_daemon(args)
     if args.daemon:
+        from .client import DaemonUnavailable
         from .server.commands import prove_with_daemon
 
-        result = prove_with_daemon(args)
-        if args.verbose:
-            _print_timings(result.timings, f"daemon {result.job_id}")
-        return 0
+        try:
+            result = prove_with_daemon(args, wait=explicit)
+        except DaemonUnavailable:
+            if explicit:
+                raise
+            result = None  # the socket outlived its daemon (or is another user's): prove here
+        if result is not None:
+            if args.verbose:
+                _print_timings(result.timings, f"daemon {result.job_id}")
+            return 0
     from .formats.wtns import read_wtns
 
-    return _prove_locally(args, lambda: read_wtns(args.wtns))
+    return _prove_in_process(args, lambda: read_wtns(args.wtns))
+
+
+def _running_local_daemon(args: argparse.Namespace) -> str | None:
+    """Where a plain ``cuzk prove`` goes to the daemon on this machine: its unix socket (where ``cuzk status`` would
+    look) exists, and nothing asks for in-process proving (``--local``, ``--backend``, ``--r1cs``, ``--no-verify``).
+    The daemon has the kernels loaded and keeps the key resident, which a one-shot process pays for on every proof."""
+    if args.local or args.backend != "auto" or args.r1cs or not args.verify:
+        return None
+    from .config import ConfigError, client_target
+
+    try:
+        address, _ = client_target(None, args.config)
+    except ConfigError:  # a broken daemon configuration is the daemon's business, not a local proof's
+        return None
+    return address if address.startswith("unix:") and os.path.exists(address[5:]) else None
 
 
 def _cmd_fullprove(args: argparse.Namespace) -> int:
     from .formats.wtns import Witness, wtns_bytes
     from .witness import WitnessCalculator, read_input_json
+
+    check_outputs(args.proof, args.public)
 
     def witness() -> Witness:
         calculator = WitnessCalculator(args.wasm)
@@ -39,26 +106,34 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
         if args.verbose:
             _print_timings(result.timings, f"daemon {result.job_id}")
         return 0
-    return _prove_locally(args, witness)
+    return _prove_in_process(args, witness)
 
 
 def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
     from .formats.wtns import write_wtns
     from .witness import WitnessCalculator, read_input_json
 
+    check_outputs(args.wtns)
     calculator = WitnessCalculator(args.wasm)
     write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input)))
     return 0
 
 
-def _prove_locally(args: argparse.Namespace, load_witness) -> int:
+def _prove_in_process(args: argparse.Namespace, load_witness) -> int:
     """Prove in this process (``prove`` reads a witness, ``fullprove`` calculates one) and write proof and public signals."""
+    _use_jit_cache()
+    with Steps(args.progress) as steps:
+        steps.step("loading the key and the witness")
+        return _prove_locally(args, load_witness, steps)
+
+
+def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
     from .backends import get_backend
     from .formats.json_io import write_proof, write_public
     from .formats.r1cs import read_r1cs
     from .formats.zkey import read_zkey
     from .prover.groth16 import prove
-    from .prover.verify import verify, vkey_from_zkey
+    from .prover.verify import prepare_zkey, verify
 
     t0 = time.perf_counter()
     zkey = read_zkey(args.zkey)
@@ -66,11 +141,13 @@ def _prove_locally(args: argparse.Namespace, load_witness) -> int:
     r1cs = read_r1cs(args.r1cs) if args.r1cs else None
     backend = get_backend(args.backend)
     t_load = time.perf_counter() - t0
+    steps.step(f"proving: 2^{zkey.domain_size.bit_length() - 1} domain on the {backend.name} backend")
     proof = prove(backend, zkey, witness, r1cs=r1cs)
     timings = {"load": t_load, **proof.timings}
     if args.verify:
+        steps.step("verifying the proof")
         t = time.perf_counter()
-        ok = verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+        ok = verify(prepare_zkey(zkey), proof.public_signals, proof)
         timings["verify"] = time.perf_counter() - t
         if not ok:
             print("error: the proof does not verify against the key's verification data; nothing written "
@@ -118,11 +195,25 @@ def _cmd_export_vkey(args: argparse.Namespace) -> int:
     from .formats.zkey import read_zkey
     from .prover.verify import vkey_from_zkey
 
+    check_outputs(args.vkey)
     write_vkey(args.vkey, vkey_from_zkey(read_zkey(args.zkey)))
     return 0
 
 
 def _cmd_setup(args: argparse.Namespace) -> int:
+    if len(args.paths) > 2:
+        raise ValueError(f"setup takes <circuit.r1cs> [<pot.ptau>] <out.zkey>, got {1 + len(args.paths)} paths")
+    if len(args.paths) == 2 and args.ptau is not None:
+        raise ValueError(f"the ptau is given twice: {args.paths[0]} and --ptau {args.ptau}")
+    ptau, zkey_path = (args.paths if len(args.paths) == 2 else (args.ptau, args.paths[0]))
+    vkey_path = Path(args.vkey) if args.vkey else Path(zkey_path).with_name("verification_key.json")
+    check_outputs(zkey_path, vkey_path)
+    with Steps(args.progress) as steps:
+        steps.step("setup: reading the circuit" + (" and the powers of tau" if ptau else ""))
+        return _setup(args, ptau, zkey_path, vkey_path, steps)
+
+
+def _setup(args: argparse.Namespace, ptau: str | None, zkey_path: str, vkey_path: Path, steps: Steps) -> int:
     from .curves import curve_by_name
     from .formats.json_io import write_vkey
     from .formats.r1cs import read_r1cs
@@ -140,11 +231,12 @@ def _cmd_setup(args: argparse.Namespace) -> int:
     if args.curve and curve_by_name(args.curve).r != r1cs.curve.r:
         print(f"error: {args.r1cs} is a {r1cs.curve.name} circuit, not {args.curve}", file=sys.stderr)
         return 1
-    result = setup(r1cs, args.zkey, ptau=args.ptau, name=args.name, backend=args.backend,
+    steps.step(f"setup: {r1cs.n_constraints} constraints ({r1cs.curve.name})")
+    result = setup(r1cs, zkey_path, ptau=ptau, name=args.name, backend=args.backend,
                    memory_budget=plan.total_bytes, memory_budget_source=budget_source)
-    vkey_path = Path(args.vkey) if args.vkey else Path(args.zkey).with_name("verification_key.json")
-    write_vkey(vkey_path, vkey_from_zkey(read_zkey(args.zkey)))
-    print(f"wrote {args.zkey} and {vkey_path}: {result.curve.name}, {result.n_constraints} constraints, "
+    steps.step("setup: writing the verification key")
+    write_vkey(vkey_path, vkey_from_zkey(read_zkey(zkey_path)))
+    print(f"wrote {zkey_path} and {vkey_path}: {result.curve.name}, {result.n_constraints} constraints, "
           f"{result.n_public} public, domain 2^{result.domain_size.bit_length() - 1}, {result.backend}, {time.perf_counter() - t:.1f} s")
     if result.test_only:
         print("WARNING: no --ptau given, so the toxic waste was sampled on this machine: the key is for TESTING ONLY "
@@ -187,8 +279,27 @@ def _cmd_circuit_synth(args: argparse.Namespace) -> int:
     return 0
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked (it costs a one-shot prove ~10 ms)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print cuzk's version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from . import __version__
+
+        print(f"cuzk {__version__}")
+        parser.exit()
+
+
+def _add_progress_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", "-q", "--no-progress", dest="progress", action="store_false",
+                   help="no live progress line (it is shown only on a terminal anyway)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
+    parser.add_argument("--version", action=_PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prove", help="prove a witness: cuzk prove <zkey> <wtns> <proof.json> <public.json>")
@@ -200,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    p.add_argument("--local", action="store_true",
+                   help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
+                        "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
+                        "--no-verify is given)")
+    _add_progress_option(p)
     from .server.commands import add_daemon_commands, add_daemon_prove_options
 
     add_daemon_prove_options(p)
@@ -216,6 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    _add_progress_option(p)
     add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_fullprove)
 
@@ -244,11 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("zkey")
     e.add_argument("vkey")
     e.set_defaults(func=_cmd_export_vkey)
+    e = zsub.add_parser("export", help="snarkjs's spelling: cuzk zkey export verificationkey <zkey> <vkey.json>")
+    esub = e.add_subparsers(dest="export_command", required=True)
+    e = esub.add_parser("verificationkey", help="the same as cuzk zkey export-vkey <zkey> <vkey.json>")
+    e.add_argument("zkey")
+    e.add_argument("vkey")
+    e.set_defaults(func=_cmd_export_vkey)
 
-    p = sub.add_parser("setup", help="Groth16 setup: cuzk setup <circuit.r1cs> <out.zkey> [--ptau <file.ptau>]")
+    p = sub.add_parser("setup", help="Groth16 setup: cuzk setup <circuit.r1cs> [<pot.ptau>] <out.zkey> (snarkjs's order)")
     p.add_argument("r1cs")
-    p.add_argument("zkey")
-    p.add_argument("--ptau", help="a snarkjs powers-of-tau file prepared for phase 2; without it the key is for testing only")
+    p.add_argument("paths", nargs="+", metavar="[PTAU] ZKEY",
+                   help="the output key, after the powers-of-tau file as snarkjs takes them (or give the ptau with --ptau)")
+    p.add_argument("--ptau", help="a snarkjs powers-of-tau file prepared for phase 2; without one the key is for testing only")
     p.add_argument("--curve", help="fail unless the circuit is over this curve (bn254 or bls12-381)")
     p.add_argument("--vkey", help="where to write the verification key (default: verification_key.json beside the zkey)")
     p.add_argument("--name", help="the name recorded in the key's contribution")
@@ -256,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the fixed-base points of a test-only key are computed (default: the GPU when there is one)")
     p.add_argument("--memory-budget", type=_size, help="cap the memory budget (e.g. 16GiB); the real limit still wins if lower")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    _add_progress_option(p)
     p.set_defaults(func=_cmd_setup)
 
     p = sub.add_parser("circuit", help="circuit utilities")
@@ -281,8 +406,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that compile nothing here: the daemon's clients, `cuzk daemon` (its kernels live under its own data
+# directory) and `cuzk prove` (which decides once it knows whether it proves here or on a daemon).
+WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", "top", "prove"}
+
+
+def _use_jit_cache() -> None:
+    """numba's cache under the data directory ($CUZK_DATA_DIR, else the default one), before numba is imported."""
+    from .config import ENV_PREFIX, default_data_dir
+    from .jit_cache import use_cache_dir
+
+    use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in WITHOUT_JIT:
+        _use_jit_cache()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does

@@ -151,11 +151,14 @@ class Client:
     """
 
     def __init__(self, address: str, token: str | None = None, *, restart_grace: float = 60.0,
-                 tls_ca: str | os.PathLike | bytes | bool | None = None):
+                 tls_ca: str | os.PathLike | bytes | bool | None = None, on_wait: Callable[[str], None] | None = None):
         """``tls_ca``: connect over TLS (to a daemon with ``tls_cert``), trusting this PEM file (or PEM bytes) of CA
-        certificates, or the system's roots when True. Unix sockets are always plain."""
+        certificates, or the system's roots when True. Unix sockets are always plain. ``on_wait``: told (once per
+        call) when a call starts waiting for a daemon that does not answer."""
         self.address = normalize_address(address)
         self.restart_grace = restart_grace
+        self.on_wait = on_wait
+        self._answered = False  # a daemon has answered this client once: an unanswered call waits for its restart
         # The token is sent as call metadata on every call (the daemon checks it on TCP listeners).
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)]
@@ -187,10 +190,20 @@ class Client:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             message = request(remaining) if callable(request) else request
             try:
-                return fn(message, timeout=remaining, metadata=self._metadata)
+                answer = fn(message, timeout=remaining, metadata=self._metadata)
+                self._answered = True
+                return answer
             except grpc.RpcError as exc:
                 now = time.monotonic()
+                if exc.code() != grpc.StatusCode.UNAVAILABLE:
+                    self._answered = True
+                elif not self._answered and self._no_socket():
+                    raise DaemonUnavailable(f"no cuzk daemon answers at {self.address}: the socket file does not exist "
+                                            "(start one with `cuzk daemon`, or give its address with --daemon)") from None
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and retry:
+                    if unavailable_since is None and self.on_wait is not None:
+                        self.on_wait(f"waiting for the cuzk daemon at {self.address}: nothing answers yet (restarting?); "
+                                     f"giving up after {self.restart_grace:g} s")
                     unavailable_since = unavailable_since or now
                     give_up_at = unavailable_since + self.restart_grace
                     if deadline is not None:
@@ -200,6 +213,10 @@ class Client:
                         delay = min(delay * 2, 1.0)
                         continue
                 raise self._error(exc) from None
+
+    def _no_socket(self) -> bool:
+        """A unix address whose socket file is missing: no daemon was ever there (a restarting one leaves its file)."""
+        return self.address.startswith("unix:") and not os.path.exists(self.address[5:])
 
     def _error(self, exc: grpc.RpcError) -> Exception:
         code, details = exc.code(), exc.details() or ""

@@ -4,14 +4,14 @@ One resolved ``DaemonConfig`` is what the supervisor hands to the engine process
 so the engine sees exactly what the operator asked for, whichever layer it came from.
 
 The file (``--config``, ``$CUZK_CONFIG``, else ``$XDG_CONFIG_HOME/cuzk/cuzk.toml`` when it
-exists) looks like::
+exists) looks like this (every setting: docs/configuration.md)::
 
     data_dir = "/var/lib/cuzk"
     listen = ["unix:/var/lib/cuzk/cuzk.sock", "0.0.0.0:7750"]  # TCP needs a token
     token_file = "/etc/cuzk/token"                              # or: token = "..."
     tls_cert = "/etc/cuzk/server.pem"                           # TLS on the TCP listeners (PEM chain + key);
     tls_key = "/etc/cuzk/server.key"                            #   clients then pass --tls-ca (or $CUZK_TLS_CA)
-    http = "127.0.0.1:9750"                                     # /metrics and /status; "" turns it off
+    http = "127.0.0.1:9750"                                     # /metrics, /status, /healthz; "" turns it off
     budget = "24GiB"                                            # absent: derived from the real limit
     budget_over_limit = false                                   # true: trust budget over a lower detected limit (warns)
     max_request = "256MiB"

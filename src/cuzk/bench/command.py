@@ -58,7 +58,7 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     o.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
     o.add_argument("--sample-interval", type=float, default=0.25, metavar="S", help="seconds between timeline samples (default 0.25)")
     o.add_argument("--timeout", type=float, metavar="S", help="stop the run after this many seconds")
-    o.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    o.add_argument("--no-plot", action="store_true", help="skip the PNG (drawn with matplotlib: the 'plot' extra)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_bench)
 
@@ -75,6 +75,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .runner import BenchRun
     from .workload import circuits_from_args
 
+    plot = not args.no_plot
+    if plot:
+        from .plot import PLOT_EXTRA_MISSING, can_plot
+
+        if not can_plot():
+            print(f"note: {PLOT_EXTRA_MISSING}", file=sys.stderr)
+            plot = False
     priorities = [p.strip().lower() for item in (args.priority or [DEFAULT_PRIORITY]) for p in item.split(",") if p.strip()]
     options = BenchOptions(
         circuits=circuits_from_args(args.zkey, args.wtns, args.circuit), out_dir=Path(args.out), jobs=args.jobs,
@@ -83,7 +90,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         data_dir=Path(args.data_dir) if args.data_dir else None,
         budget=args.budget, budget_over_limit=args.budget_over_limit, engine=dict(args.engine or []),
         memory_limit=parse_size(args.memory_limit) if args.memory_limit else None, max_oom_retries=args.max_oom_retries,
-        sample_interval=args.sample_interval, timeout=args.timeout, plot=not args.no_plot)
+        sample_interval=args.sample_interval, timeout=args.timeout, plot=plot)
     run = BenchRun(options)
     progress = None if args.no_progress else _Progress(Console(stderr=True), len(run.planned))
     run.on_progress = progress.update if progress else None

@@ -58,6 +58,19 @@ def _plot_gpus(axu, axm, gpus: list[dict[str, Any]]) -> None:
         a.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
 
 
+PLOT_EXTRA_MISSING = ("matplotlib is not installed, so no timeline.png is drawn (results.json and timeline.csv are written); "
+                      "install it with: pip install 'cuzk[plot]'")
+
+
+def can_plot() -> bool:
+    """Whether matplotlib (the ``plot`` extra, only the PNG needs it) can be imported."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def plot_timeline(path: Path, result: BenchResult) -> None:
     """Draw ``result``'s timeline into the PNG file ``path``; the jobs' phases and the run's figures are the report's."""
     import matplotlib

@@ -99,10 +99,12 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 out["proofs"][s.labels["status"]] = out["proofs"].get(s.labels["status"], 0) + int(s.value)
                 by = out["proofs_by_circuit"].setdefault(s.labels["circuit"], {})
                 by[s.labels["status"]] = int(s.value)
-            elif s.name == "cuzk_phase_seconds_count":
-                out["phase_count"][s.labels["phase"]] = int(s.value)
+            elif s.name == "cuzk_phase_seconds_count":  # one histogram per circuit and phase: summed over circuits
+                phase = s.labels["phase"]
+                out["phase_count"][phase] = out["phase_count"].get(phase, 0) + int(s.value)
             elif s.name == "cuzk_phase_seconds_sum":
-                out["phase_sum_s"][s.labels["phase"]] = s.value
+                phase = s.labels["phase"]
+                out["phase_sum_s"][phase] = out["phase_sum_s"].get(phase, 0.0) + s.value
             elif s.name == "cuzk_worker_proofs_total":
                 out.setdefault("proofs_by_worker", {})[f"{s.labels['worker']} ({s.labels['device']})"] = int(s.value)
             elif s.name in ("cuzk_oom_restarts_total", "cuzk_engine_restarts_total"):

@@ -86,7 +86,8 @@ class Tower:
         q = self.curve.q
         coeffs = []
         for k in range(12):
-            base = self._fq2_pow(xi, (q**k - 1) // 6)
+            # xi is a unit of Fq2, whose group has order q^2 - 1: the reduced exponent is 2 limbs long, not 2k.
+            base = self._fq2_pow(xi, ((q**k - 1) // 6) % (q * q - 1))
             coeffs.append(tuple(self._fq2_pow(base, p) for p in SLOT_W_POWER))
         object.__setattr__(self, "frobenius_coeffs", tuple(coeffs))
 

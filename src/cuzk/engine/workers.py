@@ -348,12 +348,12 @@ class Finisher:
         return {"proof": proof_json, "public_signals": public, "timings": timings}
 
     def _verify(self, lease: KeyLease, proof: Proof) -> bool:
-        from ..prover.verify import prepare_vkey, verify, vkey_from_zkey
+        from ..prover.verify import prepare_zkey, verify
 
         with self._vkey_lock:  # the prepared key is derived once per registration and kept across evictions
             prepared = lease.extras.get("prepared_vkey")
             if prepared is None:
-                prepared = lease.extras["prepared_vkey"] = prepare_vkey(vkey_from_zkey(lease.zkey))
+                prepared = lease.extras["prepared_vkey"] = prepare_zkey(lease.zkey)
         return verify(prepared, proof.public_signals, proof)
 
 

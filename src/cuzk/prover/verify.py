@@ -65,16 +65,19 @@ def alphabeta(curve: Curve, alpha1: Point, beta2: Point) -> Fq12Json:
 
 def vkey_from_zkey(zkey: ZKey) -> VerificationKey:
     """The verification key snarkjs's ``zkey export verificationkey`` would write (needs the IC points)."""
-    return VerificationKey(
-        curve=zkey.curve,
-        n_public=zkey.n_public,
-        alpha1=zkey.alpha1,
-        beta2=zkey.beta2,
-        gamma2=zkey.gamma2,
-        delta2=zkey.delta2,
-        alphabeta_12=alphabeta(zkey.curve, zkey.alpha1, zkey.beta2),
-        ic=tuple(zkey.ic_points()),
-    )
+    return _vkey_from_zkey(zkey, alphabeta(zkey.curve, zkey.alpha1, zkey.beta2))
+
+
+def _vkey_from_zkey(zkey: ZKey, alphabeta_12: Fq12Json) -> VerificationKey:
+    return VerificationKey(curve=zkey.curve, n_public=zkey.n_public, alpha1=zkey.alpha1, beta2=zkey.beta2, gamma2=zkey.gamma2,
+                           delta2=zkey.delta2, alphabeta_12=alphabeta_12, ic=tuple(zkey.ic_points()))
+
+
+def prepare_zkey(zkey: ZKey) -> PreparedVerifyingKey:
+    """``prepare_vkey(vkey_from_zkey(zkey))`` with e(alpha, beta) computed once instead of twice (a one-shot prove's
+    self-check pays for every pairing)."""
+    ab = alphabeta(zkey.curve, zkey.alpha1, zkey.beta2)
+    return _prepare(_vkey_from_zkey(zkey, ab), tuple(tuple(tuple(c) for c in half) for half in ab))
 
 
 def _check_point(E: PairingEngine, P: object, group: int, what: str, allow_infinity: bool = True) -> Point:
@@ -104,6 +107,11 @@ def prepare_vkey(vkey: VerificationKey) -> PreparedVerifyingKey:
     """Check a verification key and precompute its pairing data; reuse the result for every proof."""
     if isinstance(vkey, PreparedVerifyingKey):
         return vkey
+    return _prepare(vkey, None)
+
+
+def _prepare(vkey: VerificationKey, e_alpha_beta) -> PreparedVerifyingKey:
+    """``e_alpha_beta``: e(alpha, beta) when this process just computed it from the same points, else None (computed)."""
     curve = vkey.curve
     E = engine(curve)
     n_public = vkey.n_public
@@ -121,7 +129,9 @@ def prepare_vkey(vkey: VerificationKey) -> PreparedVerifyingKey:
         if _check_point(E, P, 1, f"IC[{i}]") is not None:
             ic[i] = E.g1_limbs(P)
     lines = np.stack([E.prepare_g2(gamma), E.prepare_g2(delta)])
-    target = E.fq12_limbs(E.tower.conj(E.pairing(alpha, beta)))  # Gt elements are unitary: conj = inverse
+    if e_alpha_beta is None:
+        e_alpha_beta = E.pairing(alpha, beta)
+    target = E.fq12_limbs(E.tower.conj(e_alpha_beta))  # Gt elements are unitary: conj = inverse
     return PreparedVerifyingKey(vkey, ic, lines, target)
 
 

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 def _cmd_daemon(args: argparse.Namespace) -> int:
     from ..config import load_config
     from ..engine.supervisor import Supervisor, atomic_write_json
-    from .daemon import serve
+    from ..jit_cache import use_cache_dir
 
     config = load_config(args.config, overrides={
         "data_dir": args.data_dir, "listen": args.listen, "budget": args.budget, "http": args.http,
@@ -39,7 +40,10 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
         "token_file": args.token_file, "log_level": args.log_level})
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     config.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    use_cache_dir(config.data_dir)  # before numba is imported; the engine process inherits it
     if args.no_supervise:
+        from .daemon import serve
+
         return serve(config)
     config_path = config.data_dir / "run" / "daemon-config.json"
     atomic_write_json(config_path, json.loads(config.to_json()))
@@ -58,12 +62,15 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
 
 # -- clients ------------------------------------------------------------------------------------
 
-def _client(args: argparse.Namespace):
+def _client(args: argparse.Namespace, *, wait: bool = True):
+    """``wait``: ride over a daemon restart (up to the client's grace, saying so on stderr), else fail at once."""
     from ..client import Client
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
-    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None)
+    return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None,
+                  restart_grace=60.0 if wait else 0.0,
+                  on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
 
 
 def _add_client_options(p: argparse.ArgumentParser,
@@ -81,12 +88,12 @@ def _add_priority_option(p: argparse.ArgumentParser, help_text: str | None = Non
                    type=str.lower, help=help_text)
 
 
-def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None) -> ProofResult:
+def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None, *, wait: bool = True) -> ProofResult:
     """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>`` (or ``fullprove --daemon``, whose witness,
     calculated here, comes as ``witness``); the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _client(args) as client:  # a local daemon reads a witness file itself
+    with _client(args, wait=wait) as client:  # a local daemon reads a witness file itself
         result = client.prove(args.zkey, Path(args.wtns) if witness is None else witness, priority=args.priority,
                               timeout=args.timeout)
     result.write(args.proof, args.public)
@@ -103,6 +110,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
 
 
 def _cmd_await(args: argparse.Namespace) -> int:
+    from ..cli import check_outputs
+
+    check_outputs(args.proof, args.public)
     with _client(args) as client:
         result = client.await_proof(args.job_id, args.timeout)
     result.write(args.proof, args.public)
@@ -142,6 +152,9 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 def _cmd_jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
         jobs = client.list_jobs(states=args.state, limit=args.limit)
+    if args.json:
+        print(json.dumps([asdict(j) for j in jobs], indent=1))
+        return 0
     for j in jobs:
         print(f"{j.job_id}  {j.state:<12} {j.priority:<8} {j.circuit}" + (f"  {j.error}" if j.error else ""))
     return 0
@@ -190,7 +203,13 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
     server = status.get("server") or {}
     supervisor = status.get("supervisor") or {}
     head = Table.grid(padding=(0, 2))
-    head.add_row("daemon", f"pid {server.get('pid')}  {', '.join(server.get('listen', []))}"
+    warmup = server.get("warmup") or {}
+    state = server.get("state", "")
+    if state == "warming":
+        state = "warming (compiling the proving kernels; jobs are taken, the first ones are slower)"
+    elif warmup.get("error"):
+        state += f" (JIT warm-up failed: {warmup['error']})"
+    head.add_row("daemon", f"{state}  pid {server.get('pid')}  {', '.join(server.get('listen', []))}"
                  + (f"  http {server['http']}" if server.get("http") else ""))
     head.add_row("budget", f"total {format_size(budget.get('total_bytes'))}  effective {format_size(budget.get('effective_total_bytes'))}  "
                  f"reserved {format_size(budget.get('reserved_bytes'))}  untracked {format_size(reading.get('untracked_bytes'))}  "
@@ -265,7 +284,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-over-limit", action="store_true",
                    help="trust --budget even above the detected limit (cgroup or MemTotal), with a loud warning; the kernel "
                         "may then OOM-kill the engine, after which the supervisor's learned budget (under the real limit) wins")
-    p.add_argument("--http", help="HOST:PORT for /metrics and /status ('' turns it off; default 127.0.0.1:9750)")
+    p.add_argument("--http", help="HOST:PORT for /metrics, /status and /healthz ('' turns it off; default 127.0.0.1:9750)")
     p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--no-supervise", action="store_true", help="run the engine in this process, without restarts")
@@ -307,6 +326,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("jobs", help="list the daemon's jobs, newest first")
     p.add_argument("--state", action="append", choices=[s.value for s in JobState])
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true", help="the jobs as a JSON list (times are Unix seconds)")
     _add_client_options(p)
     p.set_defaults(func=_cmd_jobs)
 

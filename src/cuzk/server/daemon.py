@@ -9,6 +9,13 @@ HTTP listener (metrics, status, and ``POST /v1/prove/{key}`` behind the same tok
 HTTPS with the same certificate then. Once everything listens,
 ``<data_dir>/run/daemon.json`` says where (the HTTP port actually bound included), which is
 what tests and tools wait for.
+
+Every gRPC listener also serves the standard health service (``grpc.health.v1``; on TCP without
+the token: it tells nothing but the state) and server reflection. The daemon's state is
+"warming" from the moment it listens until its JIT warm-up (``engine/warmup.py``, in the
+background: jobs are taken meanwhile, they just compile what they need) has run, "serving"
+after, "stopping" once asked to stop: health answers NOT_SERVING, SERVING, NOT_SERVING, and
+HTTP ``/healthz`` 503, 200, 503.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ SERVICE_NAMES = (CUZK_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)  # 
 DAEMON_FILE = Path("run") / "daemon.json"
 GRPC_THREADS = 64
 SHUTDOWN_GRACE_S = 5.0
+WARMING, SERVING, STOPPING = "warming", "serving", "stopping"
 
 
 class StartupError(RuntimeError):
@@ -69,10 +77,13 @@ class Daemon:
         self.engine.add_listener(self._on_state)
         self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
         self._servers: list[grpc.Server] = []
-        self._health = health.HealthServicer()  # grpc.health.v1 on every listener: NOT_SERVING until the engine runs
-        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
         self._http: StatusHttpServer | None = None
         self._stopped = threading.Event()
+        self.health = health.HealthServicer()  # grpc.health.v1, shared by every listener
+        self._state_lock = threading.Lock()  # the state only moves forward: warming → serving → stopping
+        self.state = WARMING
+        self.warmup: dict[str, Any] = {"seconds": None, "error": None}
+        self._set_health(WARMING)
 
     @staticmethod
     def _make_engine(config: DaemonConfig, budget: int | None, heartbeat: bool, budget_over_limit: bool):
@@ -89,6 +100,26 @@ class Daemon:
             raise StartupError(f"engine configuration: {exc}") from exc
         return Engine(engine_config)
 
+    def _set_health(self, state: str) -> None:
+        self.state = state
+        serving = health_pb2.HealthCheckResponse.SERVING if state == SERVING else health_pb2.HealthCheckResponse.NOT_SERVING
+        for service in ("", CUZK_SERVICE):  # "": the server as a whole, as health clients ask by default
+            self.health.set(service, serving)
+
+    def _warm_up(self) -> None:
+        """Compile or load the kernels of every registered key's curve (BN254 when none is) on the engine's backends."""
+        from ..engine.warmup import warm_up
+
+        curves = {key["curve"] for key in self.engine.status()["keys"]} or {"bn254"}
+        try:
+            self.warmup["seconds"] = round(warm_up(self.engine.backends, curves), 3)
+        except Exception as exc:  # proofs still work, compiling as they go: say so, and serve
+            log.exception("JIT warm-up failed; the first proofs compile what they need")
+            self.warmup["error"] = f"{type(exc).__name__}: {exc}"
+        with self._state_lock:
+            if self.state == WARMING:
+                self._set_health(SERVING)
+
     def _on_state(self, job_id: str, state) -> None:
         if state.terminal:
             self.metrics.observe(self.engine.get(job_id))
@@ -104,7 +135,8 @@ class Daemon:
         return {
             **status,
             "supervisor": asdict(supervisor) if supervisor.supervisor_pid else None,
-            "server": {"version": __version__, "pid": os.getpid(), "started_at": self.started_at,
+            "server": {"version": __version__, "state": self.state, "warmup": dict(self.warmup),
+                       "pid": os.getpid(), "started_at": self.started_at,
                        "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
                        "max_request_bytes": self.config.max_request},
         }
@@ -118,7 +150,7 @@ class Daemon:
             self.stop()
             raise
         self.engine.start()
-        self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        threading.Thread(target=self._warm_up, name="cuzk-warmup", daemon=True).start()
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
             "started_at": self.started_at})
@@ -142,7 +174,7 @@ class Daemon:
             server = grpc.server(futures.ThreadPoolExecutor(max_workers=GRPC_THREADS, thread_name_prefix="cuzk-grpc"),
                                  interceptors=interceptors, options=options)
             pb_grpc.add_CuzkServicer_to_server(service, server)
-            health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(SERVICE_NAMES, server)
             for address in addresses:
                 if address.startswith("unix:"):
@@ -164,7 +196,8 @@ class Daemon:
         if self.config.http:
             try:
                 prover = HttpProver(self.engine, self.config.token, self.config.max_request)
-                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status, prover, self._tls_context()).start()
+                self._http = StatusHttpServer(self.config.http, self.metrics.text, self.status, lambda: self.state, prover,
+                                              self._tls_context()).start()
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
 
@@ -176,10 +209,6 @@ class Daemon:
         except OSError as exc:
             raise StartupError(f"cannot read the TLS certificate or key: {exc}") from exc
         return grpc.ssl_server_credentials([(key, chain)])
-
-    def _set_health(self, status: int) -> None:
-        for name in ("", CUZK_SERVICE):  # "": the server as a whole, as health probes ask by default
-            self._health.set(name, status)
 
     def _tls_context(self) -> ssl.SSLContext | None:
         """The HTTP listener's TLS, from the same certificate and key as the TCP gRPC listeners."""
@@ -197,7 +226,9 @@ class Daemon:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        with self._state_lock:
+            self._set_health(STOPPING)
+        self.health.enter_graceful_shutdown()
         (self.config.data_dir / DAEMON_FILE).unlink(missing_ok=True)
         # The engine first, so callers awaiting a job hear "restarting" rather than a cut connection.
         self.engine.stop(timeout=SHUTDOWN_GRACE_S)

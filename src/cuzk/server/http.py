@@ -1,6 +1,9 @@
 """HTTP side of the daemon: ``/metrics`` (Prometheus text), ``/status`` (JSON), ``/healthz``, and
 ``POST /v1/prove/{key}`` (``http_prove``: token-guarded proofs for clients without gRPC).
 
+``/healthz`` answers 200 ``serving`` once the daemon proves without compiling, 503 ``warming``
+before and 503 ``stopping`` while it shuts down (what a load balancer's probe wants).
+
 Plain ``http.server`` on its own threads: scrapes are rare and small, and the gRPC
 listeners stay untouched by a slow scraper. With a TLS context it serves HTTPS (the
 handshake runs on the request's thread, never on the accepting one).
@@ -37,7 +40,8 @@ class StatusHttpServer:
     (port 0 picks a free one)."""
 
     def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]],
-                 prover: HttpProver | None = None, tls: ssl.SSLContext | None = None):
+                 state: Callable[[], str], prover: HttpProver | None = None, tls: ssl.SSLContext | None = None):
+        """``state``: the daemon's "warming" | "serving" | "stopping"."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]")
         outer = self
@@ -51,9 +55,10 @@ class StatusHttpServer:
                     elif path == "/status":
                         self._send(200, "application/json", json.dumps(outer.status(), indent=1, default=str).encode())
                     elif path == "/healthz":
-                        self._send(200, "text/plain", b"ok\n")
+                        state = outer.state()
+                        self._send(200 if state == "serving" else 503, "text/plain", f"{state}\n".encode())
                     else:
-                        self._send(404, "text/plain", b"not found: try /metrics or /status\n")
+                        self._send(404, "text/plain", b"not found: try /metrics, /status or /healthz\n")
                 except Exception as exc:  # a broken scrape must not take the daemon down
                     log.exception("HTTP %s failed", path)
                     self._send(500, "text/plain", f"error: {exc}\n".encode())
@@ -88,6 +93,7 @@ class StatusHttpServer:
 
         self.metrics_text = metrics_text
         self.status = status
+        self.state = state
         self.prover = prover
         self._server = _QuietServer((host, int(port)), Handler)
         if tls is not None:

@@ -1,18 +1,26 @@
 """Prometheus metrics of the daemon.
 
 Two kinds: events counted as they happen (proofs by final state and circuit, phase
-durations as histograms — fed by an engine listener), and gauges read from the daemon's
-status document at scrape time (queue depth, jobs by state, budget total/reserved/untracked
-and reserved by category, keys by tier, restarts and OOM kills from the supervisor's
-record). Reading gauges at scrape time means they can never drift from ``/status``.
+durations by circuit and phase as histograms — fed by an engine listener), and gauges read
+from the daemon's status document at scrape time (queue depth, jobs by state, the budget's
+quantities and reserved by category, keys by tier, each GPU's VRAM, restarts and OOM kills
+from the supervisor's record). Reading gauges at scrape time means they can never drift
+from ``/status``. Beside them: the standard ``process_*`` collector and ``cuzk_build_info``.
+
+Prometheus's conventions: one metric per quantity (never a ``kind`` label whose values
+cannot be summed), base units in the name, label values in lower case, and a key's label
+is its name (``key_label``), never a file path.
 """
 
 from __future__ import annotations
 
+import hashlib
+import platform
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -20,6 +28,23 @@ from ..engine.jobs import JobRecord
 
 # Proof phases run from milliseconds (toy circuits) to minutes (2^24 domains on a CPU).
 PHASE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000)
+
+
+def key_label(name: str) -> str:
+    """A key's metric label: its registered name, or for a key the client named by path, the file's stem and a digest
+    of the path (distinct keys stay distinct, and no file path reaches a metrics store)."""
+    if not PurePath(name).is_absolute():
+        return name
+    return f"{PurePath(name).stem}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
+def _gauge(name: str, doc: str, value: float | None):
+    """One unlabelled gauge, or nothing while its reading is unknown."""
+    if value is None:
+        return []
+    g = GaugeMetricFamily(name, doc)
+    g.add_metric([], value)
+    return [g]
 
 
 class _StatusCollector(Collector):
@@ -31,47 +56,44 @@ class _StatusCollector(Collector):
         jobs = status.get("jobs", {})
         g = GaugeMetricFamily("cuzk_queue_depth", "Jobs waiting for a synthesis worker, by priority", labels=["priority"])
         for priority, depth in jobs.get("queued_by_priority", {}).items():
-            g.add_metric([priority], depth)
+            g.add_metric([priority.lower()], depth)
         yield g
         g = GaugeMetricFamily("cuzk_jobs", "Jobs in the journal, by state", labels=["state"])
         for state, count in jobs.get("by_state", {}).items():
-            g.add_metric([state], count)
+            g.add_metric([state.lower()], count)
         yield g
 
         budget = status.get("budget", {})
         reading = (status.get("reconciler") or {}).get("latest") or {}
-        g = GaugeMetricFamily("cuzk_budget_bytes", "Host memory budget: total, effective total, reserved, untracked (kernel-charged minus reserved)",
-                              labels=["kind"])
-        for kind, value in (("total", budget.get("total_bytes")), ("effective_total", budget.get("effective_total_bytes")),
-                            ("reserved", budget.get("reserved_bytes")), ("untracked", reading.get("untracked_bytes")),
-                            ("charged", reading.get("actual_bytes"))):
-            if value is not None:
-                g.add_metric([kind], value)
-        yield g
+        yield from _gauge("cuzk_budget_total_bytes", "Host memory budget: the real limit (or the configured one) less the margin",
+                          budget.get("total_bytes"))
+        yield from _gauge("cuzk_budget_effective_total_bytes", "The budget less what the reconciler holds back for untracked memory",
+                          budget.get("effective_total_bytes"))
+        yield from _gauge("cuzk_memory_untracked_bytes", "Memory charged beyond what the budget has reserved",
+                          reading.get("untracked_bytes"))
+        # What the kernel charges (the cgroup's usage, or the machine's under MemTotal) is "charged"; the RSS reading used
+        # when a configured budget is trusted over the limit carries its own name.
+        kernel = reading.get("source") in ("cgroup", "meminfo")
+        if reading.get("actual_bytes") is not None:
+            yield from (_gauge("cuzk_memory_charged_bytes", "Host memory the kernel charges now (cgroup or machine)", reading["actual_bytes"])
+                        if kernel else _gauge("cuzk_memory_rss_bytes", "The engine's RSS now (no kernel charge is read)", reading["actual_bytes"]))
 
         reconciler = status.get("reconciler") or {}
         peak_reading = reconciler.get("peak_actual_bytes")
-        if budget.get("peak_reserved_bytes") is not None:
-            g = GaugeMetricFamily("cuzk_memory_peak_reserved_bytes", "The most host memory the budget had reserved at once")
-            g.add_metric([], budget["peak_reserved_bytes"])
-            yield g
+        yield from _gauge("cuzk_memory_peak_reserved_bytes", "The most host memory the budget had reserved at once",
+                          budget.get("peak_reserved_bytes"))
         if peak_reading and reading.get("source"):
-            # What the kernel charges (the cgroup's usage, or the machine's under MemTotal) is "charged"; the RSS
-            # reading used when a configured budget is trusted over the limit carries its own name.
-            kernel = reading["source"] in ("cgroup", "meminfo")
-            name, doc = (("cuzk_memory_peak_charged_bytes", "The most host memory the kernel charged (cgroup or machine)")
-                         if kernel else ("cuzk_memory_peak_rss_bytes", "The engine's largest RSS (no kernel charge is read)"))
-            g = GaugeMetricFamily(name, doc)
-            g.add_metric([], peak_reading)
-            yield g
-        g = GaugeMetricFamily("cuzk_budget_reserved_bytes", "Reserved host memory by category", labels=["category"])
+            yield from (_gauge("cuzk_memory_peak_charged_bytes", "The most host memory the kernel charged (cgroup or machine)", peak_reading)
+                        if kernel else _gauge("cuzk_memory_peak_rss_bytes", "The engine's largest RSS (no kernel charge is read)", peak_reading))
+        g = GaugeMetricFamily("cuzk_budget_reserved_bytes", "Reserved host memory by category (their sum: all reserved)",
+                              labels=["category"])
         for category, entry in budget.get("by_category", {}).items():
-            g.add_metric([category], entry["bytes"])
+            g.add_metric([category.lower()], entry["bytes"])
         yield g
 
         g = GaugeMetricFamily("cuzk_key_reserved_bytes", "Memory reserved for each proving key, with its tier", labels=["key", "tier"])
         for key in status.get("keys", []):
-            g.add_metric([key["name"], key["tier"]], key["reserved_bytes"])
+            g.add_metric([key_label(key["name"]), key["tier"].lower()], key["reserved_bytes"])
         yield g
 
         workers = [w for w in status.get("workers", []) if w.get("kind") == "proving"]
@@ -88,11 +110,13 @@ class _StatusCollector(Collector):
         yield c
         yield g
         yield e
-        g = GaugeMetricFamily("cuzk_vram_bytes", "Each GPU's VRAM budget: total, reserved, held by resident keys", labels=["device", "kind"])
-        for d in status.get("devices", []):
-            for kind, key in (("total", "vram_total_bytes"), ("reserved", "vram_reserved_bytes"), ("resident_keys", "resident_bytes")):
-                g.add_metric([str(d["device"]), kind], d[key])
-        yield g
+        for name, doc, field in (("cuzk_vram_total_bytes", "Each GPU's VRAM budget", "vram_total_bytes"),
+                                 ("cuzk_vram_reserved_bytes", "VRAM reserved on each GPU (resident keys included)", "vram_reserved_bytes"),
+                                 ("cuzk_vram_resident_keys_bytes", "VRAM held by the keys resident on each GPU", "resident_bytes")):
+            g = GaugeMetricFamily(name, doc, labels=["device"])
+            for d in status.get("devices", []):
+                g.add_metric([str(d["device"])], d[field])
+            yield g
 
         yield from _host_metrics(status.get("hosts"))
 
@@ -135,14 +159,20 @@ class DaemonMetrics:
     def __init__(self, status: Callable[[], dict[str, Any]]):
         self.registry = CollectorRegistry(auto_describe=False)
         self.proofs = Counter("cuzk_proofs", "Jobs finished, by final status and circuit", ["circuit", "status"], registry=self.registry)
-        self.phase_seconds = Histogram("cuzk_phase_seconds", "Duration of each proving phase", ["phase"],
+        self.phase_seconds = Histogram("cuzk_phase_seconds", "Duration of each proving phase, by circuit", ["circuit", "phase"],
                                        buckets=PHASE_BUCKETS, registry=self.registry)
         self.registry.register(_StatusCollector(status))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
+        from .. import __version__
+
+        Info("cuzk_build", "The cuzk build serving", registry=self.registry).info(
+            {"version": __version__, "python": platform.python_version()})
 
     def observe(self, record: JobRecord) -> None:
-        self.proofs.labels(record.circuit, record.state.value).inc()
+        circuit = key_label(record.circuit)
+        self.proofs.labels(circuit, record.state.value.lower()).inc()
         for phase, seconds in record.timings.items():
-            self.phase_seconds.labels(phase).observe(seconds)
+            self.phase_seconds.labels(circuit, phase).observe(seconds)
 
     def text(self) -> str:
         return generate_latest(self.registry).decode()

@@ -1,0 +1,61 @@
+"""The JIT warm-up: one small proof per curve on each kind of backend, so that the first real job neither
+compiles nor loads kernels.
+
+numba compiles a kernel (or loads it from its cache) the first time it is called with a new type
+signature, and each curve's field constants make a signature of their own: a daemon's first
+proof on a curve took seconds (minutes with a cold cache) of which the proving itself was a
+fraction. The circuit is the project's own synthetic one, with a test-only key made in a
+temporary directory, and large enough that its MSMs take the bucket path real keys take
+(more than ``backends.cpu.msm.BIT_MSM_POINTS`` points), not only the few-point one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..backends.base import is_device_backend
+from ..backends.cpu.msm import BIT_MSM_POINTS
+
+log = logging.getLogger("cuzk.engine")
+
+WARMUP_CONSTRAINTS = 2 * BIT_MSM_POINTS
+
+
+def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
+    """Prove and verify the warm-up circuit on each curve with one backend of each kind; the seconds it took."""
+    from ..circuits.synthetic import synthesize, write_synthetic
+    from ..curves import curve_by_name
+    from ..formats.wtns import read_wtns
+    from ..formats.zkey import read_zkey
+    from ..prover.groth16 import prove
+    from ..prover.setup import setup
+    from ..prover.verify import prepare_zkey, verify
+
+    t = time.perf_counter()
+    kinds = {backend.name: backend for backend in backends}  # kernels are per process (numba) or per module (CUDA)
+    with tempfile.TemporaryDirectory(prefix="cuzk-warmup-") as tmp:
+        for name in sorted(set(curve_names)):
+            curve = curve_by_name(name)
+            r1cs, wtns = write_synthetic(Path(tmp) / curve.name, synthesize(curve, WARMUP_CONSTRAINTS, 1, seed=1))
+            zkey_path = Path(tmp) / curve.name / "circuit.zkey"
+            setup(r1cs, zkey_path, backend="cpu")
+            zkey, witness = read_zkey(zkey_path), read_wtns(wtns)
+            pvk = prepare_zkey(zkey)
+            for backend in kinds.values():
+                # On a device: a lane of its own, as each proving worker has, so jobs already running are undisturbed.
+                lane = backend.new_lane() if is_device_backend(backend) else None
+                try:
+                    with lane or contextlib.nullcontext():
+                        proof = prove(backend, zkey, witness)
+                finally:
+                    if lane is not None:
+                        lane.close()
+                if not verify(pvk, proof.public_signals, proof):
+                    raise RuntimeError(f"the warm-up proof on {curve.name} with the {backend.name} backend does not verify")
+            log.info("JIT warm for %s on %s", curve.name, ", ".join(kinds))
+    return time.perf_counter() - t

@@ -1,0 +1,45 @@
+"""Where numba keeps the compiled kernels: under the data directory, one folder per cuzk build.
+
+By default numba writes its cache beside the sources (inside site-packages, often read-only,
+and shared by every copy of the package), and its index pickles the module path of each
+type it saw, so an index left by another cuzk (an upgrade, a renamed module) fails to load
+with ModuleNotFoundError instead of being recompiled. The folder is therefore named after
+cuzk's version and the list of its modules: a changed cuzk never reads another's cache.
+
+numba reads ``NUMBA_CACHE_DIR`` once, when it is imported, so ``use_cache_dir`` runs before
+that; a ``NUMBA_CACHE_DIR`` the user set wins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+CACHE_ENV = "NUMBA_CACHE_DIR"
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def build_key() -> str:
+    """cuzk's version and a digest of its module names: what a cached kernel's pickled types depend on."""
+    from . import __version__
+
+    modules = sorted(str(p.relative_to(_PACKAGE)) for p in _PACKAGE.rglob("*.py"))
+    return f"{__version__}-{hashlib.sha256(chr(0).join(modules).encode()).hexdigest()[:12]}"
+
+
+def cache_dir(data_dir: str | os.PathLike) -> Path:
+    return Path(data_dir) / "numba-cache" / build_key()
+
+
+def use_cache_dir(data_dir: str | os.PathLike) -> Path | None:
+    """Point numba (in this process and its children) at ``cache_dir(data_dir)``; the folder in use, or None when
+    numba was imported already (its cache stays where it is)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    if "numba" in sys.modules:
+        return None
+    path = cache_dir(data_dir)
+    os.environ[CACHE_ENV] = str(path)
+    return path

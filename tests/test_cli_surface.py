@@ -1,0 +1,172 @@
+"""The command line's surface: --version, the JIT cache's place, and the rough edges new users met (issue 17)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib.metadata import version
+
+import pytest
+
+from cuzk.cli import main as cli_main
+from cuzk.jit_cache import CACHE_ENV, build_key, cache_dir, use_cache_dir
+
+
+def test_version_comes_from_the_installed_package(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli_main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"cuzk {version('cuzk')}\n"
+
+
+def test_the_jit_cache_is_keyed_by_the_build_and_a_users_choice_wins(tmp_path):
+    key = build_key()
+    assert key.startswith(version("cuzk") + "-") and cache_dir(tmp_path) == tmp_path / "numba-cache" / key
+    # A fresh interpreter: the data directory's folder is used unless NUMBA_CACHE_DIR says otherwise.
+    code = ("import sys, os; from cuzk.jit_cache import use_cache_dir; print(use_cache_dir(sys.argv[1])); "
+            "import numba; print(numba.config.CACHE_DIR)")
+    env = {k: v for k, v in os.environ.items() if k != CACHE_ENV}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(cache_dir(tmp_path))] * 2
+    env[CACHE_ENV] = str(tmp_path / "mine")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(tmp_path / "mine")] * 2
+    # Once numba is imported it has read its configuration: nothing changes, and the caller hears so.
+    import numba  # noqa: F401
+
+    saved = os.environ.pop(CACHE_ENV)
+    try:
+        assert use_cache_dir(tmp_path) is None and CACHE_ENV not in os.environ
+    finally:
+        os.environ[CACHE_ENV] = saved
+
+
+@pytest.mark.slow
+def test_a_daemon_keeps_its_kernels_under_its_data_directory(monkeypatch):
+    """Without NUMBA_CACHE_DIR, a daemon compiles cold into <data_dir>/numba-cache/<build> (minutes: slow)."""
+    import json
+    import urllib.request
+
+    from conftest import wait_for
+    from test_daemon import DaemonProcess, _healthz
+
+    monkeypatch.delenv(CACHE_ENV)
+    daemon = DaemonProcess({})
+    try:
+        def status():
+            return json.loads(urllib.request.urlopen(f"http://{daemon.http}/status", timeout=10).read())["server"]
+
+        wait_for(lambda: status()["state"] == "serving", 1800, "the cold JIT warm-up")
+        assert _healthz(daemon) == (200, "serving") and status()["warmup"]["error"] is None
+        assert any((daemon.data_dir / "numba-cache" / build_key()).rglob("*.nbi"))
+    finally:
+        daemon.stop()
+        daemon.cleanup()
+
+
+EXAMPLE = __import__("cuzk.bench.workload", fromlist=["example_dir"]).example_dir()
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_output_paths_are_checked_before_anything_is_read(tmp_path, capsys):
+    missing_dir = tmp_path / "no" / "proof.json"
+    # The key does not exist either: the output's error comes first, so nothing was computed.
+    assert cli_main(["prove", str(tmp_path / "none.zkey"), str(tmp_path / "none.wtns"), str(missing_dir), str(tmp_path / "p.json")]) == 1
+    assert _one_error_line(capsys) == f"error: {missing_dir}: cannot write: no such directory {missing_dir.parent}\n"
+    assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "p.json"), str(tmp_path)]) == 1
+    assert _one_error_line(capsys) == f"error: {tmp_path}: cannot write: it is a directory\n"
+    assert not (tmp_path / "p.json").exists()
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(missing_dir)]) == 1
+    assert "cannot write: no such directory" in _one_error_line(capsys)
+    assert cli_main(["setup", str(EXAMPLE / "circuit.r1cs"), str(missing_dir.with_suffix(".zkey"))]) == 1
+    assert "cannot write: no such directory" in _one_error_line(capsys)
+
+
+def test_zkey_export_verificationkey_is_export_vkey(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(a)]) == 0
+    assert cli_main(["zkey", "export-vkey", str(EXAMPLE / "circuit.zkey"), str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes() == (EXAMPLE / "verification_key.json").read_bytes()
+
+
+def test_setup_takes_one_ptau_in_snarkjs_order_or_by_flag(tmp_path, capsys):
+    r1cs, zkey = str(EXAMPLE / "circuit.r1cs"), str(tmp_path / "k.zkey")
+    assert cli_main(["setup", r1cs, "a.ptau", zkey, "--ptau", "b.ptau"]) == 1
+    assert "the ptau is given twice" in _one_error_line(capsys)
+    assert cli_main(["setup", r1cs, "a.ptau", zkey, "extra.zkey"]) == 1
+    assert "setup takes <circuit.r1cs> [<pot.ptau>] <out.zkey>" in _one_error_line(capsys)
+
+
+def test_prove_with_a_daemon_that_was_never_there_fails_at_once(tmp_path, capsys):
+    out = [str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    args = ["prove", "--daemon", f"unix:{tmp_path}/none.sock", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), *out]
+    assert cli_main(args) == 1
+    assert "the socket file does not exist" in _one_error_line(capsys)
+
+
+def test_prove_with_a_daemon_that_does_not_answer_says_it_is_waiting(tmp_path, capsys):
+    import socket
+
+    path = tmp_path / "quiet.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # the file of a daemon that is gone (or restarting): nothing accepts on it
+        args = ["prove", "--daemon", f"unix:{path}", "--timeout", "1", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
+                str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+        assert cli_main(args) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith(f"waiting for the cuzk daemon at unix:{path}: nothing answers yet") and len(err) == 2
+    assert err[1].startswith("error: no cuzk daemon answers")
+
+
+def _prove_on_a_terminal(tmp_path, *flags) -> str:
+    """Run a local `cuzk prove` with its stderr on a pseudo-terminal; what it printed there."""
+    import pty
+
+    leader, follower = pty.openpty()
+    args = [sys.executable, "-m", "cuzk.cli", "prove", *flags, str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
+            str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    proc = subprocess.Popen(args, stderr=follower, stdout=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(600) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_a_local_proof_shows_its_steps_on_a_terminal_only(tmp_path, capfd):
+    assert "proving: 2^" in _prove_on_a_terminal(tmp_path)
+    assert _prove_on_a_terminal(tmp_path, "--quiet") == ""
+    assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"),
+                     str(tmp_path / "public.json")]) == 0
+    assert capfd.readouterr().err == ""  # not a terminal: nothing
+
+
+def test_a_socket_without_a_daemon_behind_it_means_proving_here(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from cuzk.formats.json_io import read_proof, read_public, read_vkey
+    from cuzk.prover.verify import verify
+
+    path = tmp_path / "stale.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))  # a daemon's socket file left behind: nothing answers on it
+        monkeypatch.setenv("CUZK_DAEMON", f"unix:{path}")
+        proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+        assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(proof), str(public)]) == 0
+    assert capsys.readouterr().err == ""  # no waiting, no message: the proof was made in this process
+    vkey = read_vkey(EXAMPLE / "verification_key.json")
+    assert verify(vkey, read_public(public, curve=vkey.curve), read_proof(proof, curve=vkey.curve))
