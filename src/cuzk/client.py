@@ -212,6 +212,10 @@ class Client:
                         time.sleep(min(delay, give_up_at - now))
                         delay = min(delay * 2, 1.0)
                         continue
+                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and unavailable_since is not None:
+                    # the time ran out while the daemon was still not answering: that, not a slow daemon, is the news
+                    raise DaemonUnavailable(f"no cuzk daemon answers at {self.address}: nothing answered within the "
+                                            "timeout") from None
                 raise self._error(exc) from None
 
     def _no_socket(self) -> bool:
