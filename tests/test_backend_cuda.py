@@ -299,6 +299,41 @@ def test_resident_bases_give_the_same_result_and_hold_budget(kind):
         small.upload_bases(curve, "g2", host)
 
 
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, group):
+    """Resident bases get a window table on their first MSM (reserved beside them, freed with them); the one-bucket-set
+    MSM over it equals the reference, with edge bases and scalars, whole and in chunks when the budget is short."""
+    rng = random.Random(13)
+    G, r = group_of(curve, group), curve.r
+    points = random_points(curve, group, 48, rng)
+    points[3] = None
+    points[10:14] = [points[9]] * 4
+    points[20] = G.neg(points[21])
+    scalars = [rng.randrange(r) for _ in range(48)]
+    scalars[0:4] = [0, 1, r - 1, 5]
+    scalars[20] = scalars[21]
+    scalars[30:40] = [1] * 10
+    expected = G.msm(points, scalars)
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 24), min_msm_chunk=8)
+    host = bases_array(curve, group, points)
+    resident = backend.upload_bases(curve, group, host)
+    limbs = ints_to_limbs(scalars, 8)
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected)
+    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48)
+    assert backend.vram.reserved_bytes == resident.nbytes
+    whole = backend.msm.working_bytes(curve, group, 48, resident=True)
+    blocker = backend.vram.reserve(backend.vram.available_bytes - whole // 2, "test: leave room for a chunk only")
+    with backend.msm.plan(curve, group, 48, resident=True) as plan:
+        assert plan.chunk < 48
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected)
+    blocker.release()
+    backend.msm.window_tables = False
+    assert G.eq(msm(backend, curve, group, resident, ints_to_limbs([1] * 48, 8)), G.msm(points, [1] * 48))
+    resident.free()
+    assert backend.vram.reserved_bytes == 0
+
+
 def test_upload_key_makes_every_msm_base_resident(kind):
     from conftest import corpus_dir
     from cuzk.formats.zkey import read_zkey

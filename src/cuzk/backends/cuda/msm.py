@@ -23,9 +23,8 @@ from ...formats.zkey import KEY_BASES
 from .device import THREADS, CudaDevice, CudaInputError, Upload, check_vector, grid
 from .vram import DeviceBases, VramExhaustedError, VramReservation
 
-NO_KEY = 0xFFFFFFFF
 SCALAR_LIMBS = 8
-PARTIAL_CHUNK = 8  # entries per thread when re-summing partial bucket sums
+MIN_CHUNK_LEN = 8  # the fewest sorted entries one thread sums (each chunk leaves at most two partial sums)
 MIN_MSM_CHUNK = 1 << 12
 
 
@@ -44,6 +43,47 @@ def window_bits(n: int, scalar_bits: int) -> int:
         if cost < best_cost:
             best, best_cost = c, cost
     return best
+
+
+# A dependent chain of one point operation on one thread takes about as long as this many mixed
+# additions spread over the whole GPU (~8 µs against ~0.4 ns, GPU_NOTES v1): what a bucket
+# reduction's depth costs a window-table MSM, whose work is otherwise windows·n additions.
+SERIAL_OP_COST = 20_000
+MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
+MAX_REDUCTION_THREADS = 256
+REDUCTION_SMEM_BYTES = 48 * 1024
+
+
+def table_window_bits(n: int, scalar_bits: int) -> int:
+    """Window c for bases with a window table: windows·n mixed adds, one set of 2^(c-1) buckets (≈ 1.4 mixed
+    adds per full one, two per bucket), and the reduction's dependent chain (``SERIAL_OP_COST`` each). The
+    table's rows (windows·n) must stay below 2^31: an entry is a row index and a sign bit."""
+    best, best_cost = 0, math.inf
+    for c in range(8, 23):
+        windows = -(-(scalar_bits + 1) // c)
+        if windows > MAX_TABLE_WINDOWS or windows * n >= 1 << 31:
+            continue
+        cost = windows * n + 2.8 * (1 << (c - 1)) + SERIAL_OP_COST * reduction_depth(c - 1, MAX_REDUCTION_THREADS)
+        if cost < best_cost:
+            best, best_cost = c, cost
+    return best
+
+
+def segment_bits(log_buckets: int, threads: int) -> int:
+    """log2 of the buckets each thread of msm_bucket_segments sums: the shortest chain through it and msm_bit_sums."""
+    return min(range(log_buckets + 1), key=lambda g: _segments_depth(log_buckets, g, threads))
+
+
+def _segments_depth(log_buckets: int, log_g: int, threads: int) -> int:
+    segments = 1 << (log_buckets - log_g)
+    block = min(threads, max(1, segments // 2))
+    return (2 << log_g) + -(-segments // block) + block.bit_length() - 1
+
+
+def reduction_depth(log_buckets: int, threads: int) -> int:
+    """Dependent point operations of a window-table MSM's bucket reduction: segments, bit sums, Horner over the bits."""
+    g = segment_bits(log_buckets, threads)
+    return _segments_depth(log_buckets, g, threads) + 2 * (log_buckets - g) + g + 1
 
 
 def point_words(curve: Curve, group: str) -> int:
@@ -81,13 +121,15 @@ class CudaMsm:
 
     ``min_chunk`` (the fewest points an MSM chunk may have) is a tuning knob tests lower to
     reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
-    next chunk off, and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
+    next chunk off, ``window_tables = False`` keeps resident bases from getting window tables,
+    and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
     """
 
     def __init__(self, gpu: CudaDevice, min_chunk: int = MIN_MSM_CHUNK):
         self.gpu = gpu
         self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
         self.min_chunk = max(1, int(min_chunk))
+        self.window_tables = True  # resident bases get a window table when the budget has room (False: never)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
         self._local = threading.local()  # .marks: this thread's MSM phase marks (each lane times its own)
@@ -156,15 +198,31 @@ class CudaMsm:
 
     # ---------------------------------------------------------------- sizing
     def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
-        """Upper bound of an n-point MSM's device working set (window chosen for n); ``buffers`` chunks of
-        bases in flight when they are not resident (2 while the next chunk's upload overlaps this one)."""
-        c = window_bits(n, curve.r.bit_length())
-        windows = -(-(curve.r.bit_length() + 1) // c)
+        """Upper bound of an n-point MSM's device working set (window chosen for n, with or without a window
+        table); ``buffers`` chunks of bases in flight when they are not resident (2 while the next chunk's upload
+        overlaps this one). A window table itself is the resident bases' (``table_bytes``), not the MSM's."""
+        bits = curve.r.bit_length()
         point_bytes = point_words(curve, group) * 4
         sum_bytes = 2 * point_bytes
-        per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // PARTIAL_CHUNK
-        per_point += 0 if resident else buffers * point_bytes
-        return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
+
+        def layout(c: int, table: bool) -> int:
+            windows = -(-(bits + 1) // c)
+            per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // MIN_CHUNK_LEN
+            per_point += 0 if resident else buffers * point_bytes
+            if table:  # one set of buckets, and the reduction's segment sums (at most two per bucket)
+                return (1 << (c - 1)) * (12 + 3 * sum_bytes) + n * per_point
+            return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
+
+        need = layout(window_bits(n, bits), False)
+        if resident and table_window_bits(n, bits):
+            need = max(need, layout(table_window_bits(n, bits), True))
+        return need
+
+    def table_bytes(self, curve: Curve, group: str, n: int) -> int:
+        """VRAM of the window table that n resident bases get on their first MSM (when the budget has room then):
+        2^(c·w)·P_i for each of its windows, affine like the bases. Its own reservation, held with the bases."""
+        c = table_window_bits(n, curve.r.bit_length())
+        return 0 if not c else -(-(curve.r.bit_length() + 1) // c) * n * point_words(curve, group) * 4
 
     def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> MsmPlan:
         """Points per chunk for an MSM of ``n`` points, and their working set reserved in the VRAM budget.
@@ -205,6 +263,41 @@ class CudaMsm:
                 return None
             chunk = max(min(n, self.min_chunk), chunk // 2)
 
+    # ---------------------------------------------------------------- window tables
+    def window_table(self, bases: DeviceBases):
+        """(table, c) of resident ``bases``, built on their first MSM; None when ``window_tables`` is off or the
+        VRAM budget has no room for it beside this MSM's working set (then it is tried again next time).
+
+        It is reserved apart from the bases (``table_bytes``), never evicting anything for it, and given back
+        with them. Built on the calling lane's stream and waited for, so other lanes may read it at once.
+        """
+        if not self.window_tables:
+            return None
+        with bases.table_lock:
+            if bases.table is not None:
+                return bases.table, bases.table_bits
+            if bases.points is None:
+                return None
+            curve, group, n = bases.curve, bases.group, bases.n
+            c = table_window_bits(n, curve.r.bit_length())
+            nbytes = self.table_bytes(curve, group, n)
+            if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
+                return None
+            reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
+            if reservation is None:
+                return None
+            try:
+                windows = -(-(curve.r.bit_length() + 1) // c)
+                table = self.runtime.empty((windows * n, point_words(curve, group)), np.uint32)
+                self.runtime.launch(self.runtime.module(curve, f"msm_{group}"), "msm_window_table", grid(n), THREADS,
+                                    (bases.points, np.uint64(n), np.uint32(c), np.uint32(windows), table))
+                self.runtime.synchronize_stream()
+            except BaseException:
+                reservation.release()
+                raise
+            bases.table, bases.table_bits, bases.table_reservation = table, c, reservation
+            return table, c
+
     # ---------------------------------------------------------------- the MSM
     def msm(self, curve: Curve, group: str, bases, scalars) -> Point:
         """Σ scalars[i]·bases[i] of the group ("g1" or "g2"), from resident, host or device bases."""
@@ -225,6 +318,7 @@ class CudaMsm:
         mod = self.runtime.module(curve, f"msm_{group}")
         words = point_words(curve, group)
         from_host = isinstance(bases, np.ndarray)
+        table = self.window_table(bases) if resident else None
         lane = self.gpu.lane()  # the copy thread uploads for this proof's lane
 
         total: Point = None
@@ -251,8 +345,11 @@ class CudaMsm:
                 last = i + 1 == len(chunks)
                 ahead = None if last or buffers == 1 else lane.copier().submit(fetch, i + 1)
                 try:
-                    c = window_bits(stop - start, curve.r.bit_length())
-                    part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
+                    if table is not None:
+                        part = self._msm_chunk(curve, group, mod, table[0], scalars[start:stop], table[1], start, table_stride=n)
+                    else:
+                        c = window_bits(stop - start, curve.r.bit_length())
+                        part = self._msm_chunk(curve, group, mod, points, scalars[start:stop], c, start)
                 except BaseException:
                     if ahead is not None:  # let the copy finish and its staging buffer go back to the pool
                         ahead.result().result()
@@ -265,27 +362,31 @@ class CudaMsm:
                     pending = ahead.result() if ahead is not None else fetch(i + 1)
         return total
 
-    def _msm_chunk(self, curve: Curve, group: str, mod, points, scalars, c: int, offset: int) -> Point:
+    def _msm_chunk(self, curve: Curve, group: str, mod, points, scalars, c: int, offset: int, table_stride: int = 0) -> Point:
+        """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
+        that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
+        buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
         xp, rt = self.xp, self.runtime
         n = int(scalars.shape[0])
         windows = -(-(curve.r.bit_length() + 1) // c)
         dev_scalars = self.gpu.device_view(scalars)[0]
         buckets = 1 << (c - 1)
-        keys_total = windows * buckets
+        keys_total = buckets if table_stride else windows * buckets
         sum_words = 2 * point_words(curve, group)
 
         self._phase("start")
         counts = xp.zeros(keys_total, dtype=np.uint32)
         first_bad = xp.full(1, 0xFFFFFFFF, dtype=np.uint32)
         blocks = -(-n // THREADS)
-        rt.launch(mod, "msm_count", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), counts, first_bad))
+        rt.launch(mod, "msm_count", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows),
+                                                      np.uint32(0 if table_stride else 0xFFFFFFFF), counts, first_bad))
         self._phase("count")
         offsets = xp.zeros(keys_total + 1, dtype=np.uint32)
         xp.cumsum(counts, dtype=np.uint32, out=offsets[1:])
-        bad = int(first_bad[0])
+        # The MSM's one wait for the device: the first bad scalar, the entries, the largest bucket.
+        bad, count, largest = (int(v) for v in rt.to_host(xp.concatenate((first_bad, offsets[-1:], counts.max(keepdims=True)))))
         if bad != 0xFFFFFFFF:
             raise ScalarOutOfRangeError(offset + bad, curve)
-        count = int(offsets[-1])
         if count == 0:
             self._marks().clear()
             return None
@@ -293,34 +394,48 @@ class CudaMsm:
         del counts
         entries = xp.empty(count, dtype=np.uint32)
         self._phase("scan")
-        for window in range(windows):
-            rt.launch(mod, "msm_scatter", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(window), cursor, entries))
+        if table_stride:  # one launch per stretch of ≤ 2^24 entries (64 MiB, about what L2 holds) of the sorted order
+            passes = max(1, count >> 24)
+            for p in range(passes):
+                rt.launch(mod, "msm_scatter_table", blocks, THREADS,
+                          (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), np.uint64(table_stride), np.uint64(offset),
+                           np.uint32(p * keys_total // passes), np.uint32((p + 1) * keys_total // passes), cursor, entries))
+        else:
+            for window in range(windows):
+                rt.launch(mod, "msm_scatter", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(window), cursor, entries))
         del cursor
         self._phase("scatter")
 
         sums = xp.zeros((keys_total, sum_words), dtype=np.uint32)
-        chunk_len = max(8, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
+        chunk_len = max(MIN_CHUNK_LEN, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
         chunks = -(-count // chunk_len)
         partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
         partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_accumulate_bases", grid(chunks), THREADS,
                   (offsets, np.uint32(keys_total), entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
-        del entries, offsets
+        del entries
         self._phase("accumulate")
-        while True:
-            live = xp.flatnonzero(partial_keys != NO_KEY)
-            remaining = int(live.shape[0])
-            if remaining == 0:
-                break
-            keys, points_in = partial_keys[live], partial_sums[live]
-            chunks = -(-remaining // PARTIAL_CHUNK)
-            partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
-            partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
-            rt.launch(mod, "msm_accumulate_partials", grid(chunks), THREADS,
-                      (keys, points_in, np.uint64(remaining), np.uint32(PARTIAL_CHUNK), sums, partial_keys, partial_sums))
-        del partial_keys, partial_sums
+        span = (largest + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket touches
+        steps = max(1, (span - 1).bit_length())
+        for step in range(steps):
+            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(1 << step),
+                                                                       np.uint32(step + 1 == steps), partial_keys, partial_sums, sums))
+        del partial_keys, partial_sums, offsets
         self._phase("partials")
 
+        if table_stride:
+            result = self._reduce_buckets(mod, sums, c - 1, sum_words)
+        else:
+            result = self._reduce_windows(mod, sums, windows, c, sum_words)
+        self._phase("horner")
+        if self.phase_log is not None:
+            self._flush_phases()
+        return xyzz_to_affine(curve, group, rt.to_host(result)[0])
+
+    def _reduce_windows(self, mod, sums, windows: int, c: int, sum_words: int):
+        """Σ_w 2^(c·w)·Σ_b (b + 1)·sums[w·2^(c-1) + b], as one XYZZ row: each window's sum, then Horner."""
+        xp, rt = self.xp, self.runtime
+        keys_total = windows << (c - 1)
         log_b = c - 1
         log_g = min(log_b, max(3, (keys_total >> 16).bit_length() - 1))  # ≈ 2^16 threads, at least 8 buckets each
         per_window = 1 << (log_b - log_g)
@@ -338,10 +453,25 @@ class CudaMsm:
         self._phase("windows")
         result = xp.empty((1, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_horner", 1, 32, (segments, np.uint32(windows), np.uint32(c), result))
-        self._phase("horner")
-        if self.phase_log is not None:
-            self._flush_phases()
-        return xyzz_to_affine(curve, group, rt.to_host(result)[0])
+        return result
+
+    def _reduce_buckets(self, mod, sums, log_b: int, sum_words: int):
+        """Σ_b (b + 1)·sums[b] over the 2^log_b buckets of a window-table MSM, as one XYZZ row."""
+        xp, rt = self.xp, self.runtime
+        sum_bytes = 4 * sum_words
+        threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // sum_bytes).bit_length() - 1)
+        log_g = segment_bits(log_b, threads)
+        segments = 1 << (log_b - log_g)
+        block = min(threads, max(1, segments // 2))
+        parts = xp.empty((2 * segments, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_bucket_segments", grid(segments), THREADS, (sums, np.uint32(segments), np.uint32(log_g), parts))
+        bits = log_b - log_g
+        bit_sums = xp.empty((bits + 1, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_bit_sums", bits + 1, block, (parts, np.uint32(segments), np.uint32(bits), bit_sums), shared_bytes=block * sum_bytes)
+        self._phase("windows")
+        result = xp.empty((1, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_bits_horner", 1, 32, (bit_sums, np.uint32(bits), np.uint32(log_g), result))
+        return result
 
 
 def xyzz_to_affine(curve: Curve, group: str, words: np.ndarray) -> Point:

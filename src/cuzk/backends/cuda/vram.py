@@ -187,14 +187,21 @@ class VramReservation:
 class DeviceBases:
     """A key's MSM bases resident in VRAM: repeated proofs upload only their scalars.
 
-    ``points`` is the (n, words) device array in the backend's layout; ``free()`` gives the
-    memory and its reservation back (the key manager calls it on eviction).
+    ``points`` is the (n, words) device array in the backend's layout. ``table`` is their
+    window table once an MSM has built one (msm.py: 2^(c·w)·P_i for every window w of
+    ``table_bits`` = c, under a reservation of its own, ``table_reservation``), None before or
+    when the budget had no room for it. ``free()`` gives all of it and its reservations back
+    (the key manager calls it on eviction).
     """
 
     curve: Curve
     group: str
     points: object
     reservation: VramReservation
+    table: object = None
+    table_bits: int = 0
+    table_reservation: VramReservation | None = None
+    table_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def n(self) -> int:
@@ -202,11 +209,14 @@ class DeviceBases:
 
     @property
     def nbytes(self) -> int:
-        return self.reservation.nbytes
+        """VRAM held: the bases and their window table when one was built."""
+        return self.reservation.nbytes + (self.table_reservation.nbytes if self.table_reservation is not None else 0)
 
     def free(self) -> None:
-        self.points = None
+        self.points = self.table = None
         self.reservation.release()
+        if self.table_reservation is not None:
+            self.table_reservation.release()
 
     def __len__(self) -> int:
         return self.n
