@@ -324,10 +324,17 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     assert backend.vram.reserved_bytes == resident.nbytes
     whole = backend.msm.working_bytes(curve, group, 48, resident=True)
     blocker = backend.vram.reserve(backend.vram.available_bytes - whole // 2, "test: leave room for a chunk only")
-    with backend.msm.plan(curve, group, 48, resident=True) as plan:
-        assert plan.chunk < 48
-    assert G.eq(msm(backend, curve, group, resident, limbs), expected)
+    launched, launch = [], backend.runtime.launch
+    backend.runtime.launch = lambda module, kernel, *args, **kw: launched.append(kernel) or launch(module, kernel, *args, **kw)
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected)  # the table it reads is not evicted for its chunks
+    assert launched.count("msm_count") > 1 and "msm_scatter_table" in launched and resident.table is not None
+    backend.runtime.launch = launch
     blocker.release()
+    # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.
+    evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
+    assert resident.table is None and resident.nbytes == host.nbytes
+    evicting.release()
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
     backend.msm.window_tables = False
     assert G.eq(msm(backend, curve, group, resident, ints_to_limbs([1] * 48, 8)), G.msm(points, [1] * 48))
     resident.free()

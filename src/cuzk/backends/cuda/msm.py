@@ -133,6 +133,9 @@ class CudaMsm:
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
         self._local = threading.local()  # .marks: this thread's MSM phase marks (each lane times its own)
+        self._tables_lock = threading.Lock()  # every DeviceBases' table, table_users, and _tabled
+        self._tabled: list[DeviceBases] = []  # bases that were given a table (pruned as they lose it)
+        self.vram.register_evictor(self)  # tables are a cache: the budget evicts idle ones before it refuses room
 
     def _marks(self) -> list[tuple[str, object]]:
         if not hasattr(self._local, "marks"):
@@ -264,39 +267,67 @@ class CudaMsm:
             chunk = max(min(n, self.min_chunk), chunk // 2)
 
     # ---------------------------------------------------------------- window tables
-    def window_table(self, bases: DeviceBases):
-        """(table, c) of resident ``bases``, built on their first MSM; None when ``window_tables`` is off or the
-        VRAM budget has no room for it beside this MSM's working set (then it is tried again next time).
+    def _acquire_table(self, bases: DeviceBases):
+        """(table, c) of resident ``bases``, built on their first MSM, held (not evictable) until ``_release_table``;
+        None when ``window_tables`` is off or the VRAM budget has no room for it beside this MSM's working set (then
+        it is tried again next time).
 
-        It is reserved apart from the bases (``table_bytes``), never evicting anything for it, and given back
-        with them. Built on the calling lane's stream and waited for, so other lanes may read it at once.
+        It is reserved apart from the bases (``table_bytes``), never evicting anything for it, given back with them,
+        and evicted by the budget (``evict_idle``) when no MSM reads it and a reservation needs the room. Built on
+        the calling lane's stream and waited for, so other lanes may read it at once.
         """
         if not self.window_tables:
             return None
-        with bases.table_lock:
-            if bases.table is not None:
-                return bases.table, bases.table_bits
-            if bases.points is None:
+        with self._tables_lock:
+            if bases.table is None and not self._build_table(bases):
                 return None
-            curve, group, n = bases.curve, bases.group, bases.n
-            c = table_window_bits(n, curve.r.bit_length())
-            nbytes = self.table_bytes(curve, group, n)
-            if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
-                return None
-            reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
-            if reservation is None:
-                return None
-            try:
-                windows = -(-(curve.r.bit_length() + 1) // c)
-                table = self.runtime.empty((windows * n, point_words(curve, group)), np.uint32)
-                self.runtime.launch(self.runtime.module(curve, f"msm_{group}"), "msm_window_table", grid(n), THREADS,
-                                    (bases.points, np.uint64(n), np.uint32(c), np.uint32(windows), table))
-                self.runtime.synchronize_stream()
-            except BaseException:
-                reservation.release()
-                raise
-            bases.table, bases.table_bits, bases.table_reservation = table, c, reservation
-            return table, c
+            bases.table_users += 1
+            return bases.table, bases.table_bits
+
+    def _release_table(self, bases: DeviceBases) -> None:
+        with self._tables_lock:
+            bases.table_users -= 1
+
+    def _build_table(self, bases: DeviceBases) -> bool:
+        if bases.points is None:
+            return False
+        curve, group, n = bases.curve, bases.group, bases.n
+        c = table_window_bits(n, curve.r.bit_length())
+        nbytes = self.table_bytes(curve, group, n)
+        if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
+            return False
+        reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
+        if reservation is None:
+            return False
+        try:
+            windows = -(-(curve.r.bit_length() + 1) // c)
+            table = self.runtime.empty((windows * n, point_words(curve, group)), np.uint32)
+            self.runtime.launch(self.runtime.module(curve, f"msm_{group}"), "msm_window_table", grid(n), THREADS,
+                                (bases.points, np.uint64(n), np.uint32(c), np.uint32(windows), table))
+            self.runtime.synchronize_stream()
+        except BaseException:
+            reservation.release()
+            raise
+        bases.table, bases.table_bits, bases.table_reservation = table, c, reservation
+        self._tabled.append(bases)
+        return True
+
+    def idle_bytes(self) -> int:
+        """Bytes of window tables no MSM reads now (the VRAM budget's evictor protocol)."""
+        with self._tables_lock:
+            return sum(b.table_reservation.nbytes for b in self._tabled if b.table_reservation is not None and not b.table_users)
+
+    def evict_idle(self, nbytes: int) -> int:
+        """Free idle window tables, oldest first, until ``nbytes`` are given back; the bytes freed."""
+        freed = 0
+        with self._tables_lock:
+            for bases in list(self._tabled):
+                if bases.table is None:
+                    self._tabled.remove(bases)
+                elif freed < nbytes and not bases.table_users:
+                    freed += bases.drop_table()
+                    self._tabled.remove(bases)
+        return freed
 
     # ---------------------------------------------------------------- the MSM
     def msm(self, curve: Curve, group: str, bases, scalars) -> Point:
@@ -312,13 +343,22 @@ class CudaMsm:
             n_bases = check_bases(curve, group, bases)
         if n_bases != n:
             raise CudaInputError(f"MSM has {n_bases} bases but {n} scalars")
-        G = curve.G1 if group == "g1" else curve.G2
         if n == 0:
             return None
+        table = self._acquire_table(bases) if resident else None
+        try:
+            return self._msm(curve, group, bases, scalars, n, table)
+        finally:
+            if table is not None:
+                self._release_table(bases)
+
+    def _msm(self, curve: Curve, group: str, bases, scalars, n: int, table) -> Point:
+        """The MSM in chunks of its plan, over the window ``table`` (table, c) of resident bases when it has one."""
+        G = curve.G1 if group == "g1" else curve.G2
         mod = self.runtime.module(curve, f"msm_{group}")
         words = point_words(curve, group)
+        resident = isinstance(bases, DeviceBases)
         from_host = isinstance(bases, np.ndarray)
-        table = self.window_table(bases) if resident else None
         lane = self.gpu.lane()  # the copy thread uploads for this proof's lane
 
         total: Point = None

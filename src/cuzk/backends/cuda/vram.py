@@ -189,9 +189,10 @@ class DeviceBases:
 
     ``points`` is the (n, words) device array in the backend's layout. ``table`` is their
     window table once an MSM has built one (msm.py: 2^(c·w)·P_i for every window w of
-    ``table_bits`` = c, under a reservation of its own, ``table_reservation``), None before or
-    when the budget had no room for it. ``free()`` gives all of it and its reservations back
-    (the key manager calls it on eviction).
+    ``table_bits`` = c, under a reservation of its own, ``table_reservation``, read by
+    ``table_users`` MSMs now), None before, when the budget had no room for it, or after the
+    budget evicted it. ``free()`` gives all of it and its reservations back (the key manager
+    calls it on eviction).
     """
 
     curve: Curve
@@ -201,7 +202,7 @@ class DeviceBases:
     table: object = None
     table_bits: int = 0
     table_reservation: VramReservation | None = None
-    table_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    table_users: int = 0
 
     @property
     def n(self) -> int:
@@ -213,10 +214,17 @@ class DeviceBases:
         return self.reservation.nbytes + (self.table_reservation.nbytes if self.table_reservation is not None else 0)
 
     def free(self) -> None:
-        self.points = self.table = None
+        self.points = None
         self.reservation.release()
-        if self.table_reservation is not None:
-            self.table_reservation.release()
+        self.drop_table()
+
+    def drop_table(self) -> int:
+        """Free the window table (none may be reading it); the bytes given back."""
+        held, self.table, self.table_bits, self.table_reservation = self.table_reservation, None, 0, None
+        if held is None:
+            return 0
+        held.release()
+        return held.nbytes
 
     def __len__(self) -> int:
         return self.n
