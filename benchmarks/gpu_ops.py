@@ -4,6 +4,7 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --prebuild DIR   # nvcc-build the cubins (no GPU needed)
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1 --host-bases 8   # upload overlap
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --table-sweep 10,12,13,14   # window-table c
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -196,7 +197,7 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
     return out
 
 
-def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0):
+def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -237,6 +238,15 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     row["phases_no_table_ms"] = {label: round(ms, 3) for label, ms in backend.msm.phase_log}
     backend.msm.phase_log = None
     backend.msm.window_tables = True
+    if table_sweep:  # the same MSM over tables of other windows c (each built anew)
+        row["table_sweep_ms"] = {}
+        for c in table_sweep:
+            resident.drop_table()
+            backend.msm.table_window = c
+            ms, got_c = timer(lambda: fn(curve, resident, scalars), repeat)
+            row["table_sweep_ms"][c] = round(ms, 3) if G.eq(got_c, expected) else "WRONG"
+        backend.msm.table_window = None
+        resident.drop_table()
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
@@ -315,6 +325,7 @@ def main(argv=None) -> int:
     ap.add_argument("--host-bases", type=int, default=0, metavar="CHUNKS",
                     help="also time MSMs from pinned host bases: whole, and in CHUNKS chunks with and without the "
                          "double-buffered upload overlapping compute (prints the overlap gain)")
+    ap.add_argument("--table-sweep", metavar="C,C,...", help="also time each MSM over window tables of these windows c")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -352,7 +363,8 @@ def main(argv=None) -> int:
                 bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows)
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
-                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases)
+                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
+                              [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:

@@ -46,12 +46,13 @@ def window_bits(n: int, scalar_bits: int) -> int:
 
 
 # A dependent chain of one point operation on one thread takes about as long as this many mixed
-# additions spread over the whole GPU (~8 µs against ~0.4 ns, GPU_NOTES v1): what a bucket
-# reduction's depth costs a window-table MSM, whose work is otherwise windows·n additions.
-SERIAL_OP_COST = 20_000
+# additions spread over the whole GPU (~18 µs, measured in GPU_NOTES v5, against ~0.35 ns): what a
+# bucket reduction's depth costs a window-table MSM, whose work is otherwise windows·n additions.
+SERIAL_OP_COST = 50_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
+MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by one thread each in msm_bits_horner
 
 
 def table_window_bits(n: int, scalar_bits: int) -> int:
@@ -63,27 +64,29 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
         windows = -(-(scalar_bits + 1) // c)
         if windows > MAX_TABLE_WINDOWS or windows * n >= 1 << 31:
             continue
-        cost = windows * n + 2.8 * (1 << (c - 1)) + SERIAL_OP_COST * reduction_depth(c - 1, MAX_REDUCTION_THREADS)
+        cost = windows * n + 2.8 * (1 << (c - 1)) + SERIAL_OP_COST * reduction_plan(c - 1, MAX_REDUCTION_THREADS)[2]
         if cost < best_cost:
             best, best_cost = c, cost
     return best
 
 
-def segment_bits(log_buckets: int, threads: int) -> int:
-    """log2 of the buckets each thread of msm_bucket_segments sums: the shortest chain through it and msm_bit_sums."""
-    return min(range(log_buckets + 1), key=lambda g: _segments_depth(log_buckets, g, threads))
-
-
-def _segments_depth(log_buckets: int, log_g: int, threads: int) -> int:
-    segments = 1 << (log_buckets - log_g)
-    block = min(threads, max(1, segments // 2))
-    return (2 << log_g) + -(-segments // block) + block.bit_length() - 1
-
-
-def reduction_depth(log_buckets: int, threads: int) -> int:
-    """Dependent point operations of a window-table MSM's bucket reduction: segments, bit sums, Horner over the bits."""
-    g = segment_bits(log_buckets, threads)
-    return _segments_depth(log_buckets, g, threads) + 2 * (log_buckets - g) + g + 1
+def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
+    """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
+    msm_bucket_segments sums 2^log_g buckets, msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at
+    most) — the split with the shortest chain of dependent point operations (``depth``) through them and
+    msm_bits_horner."""
+    best = None
+    for log_g in range(log_buckets + 1):
+        segments = 1 << (log_buckets - log_g)
+        block = min(threads, max(1, segments // 2))
+        for pieces in (1, 2, 4, 8, 16, MAX_BIT_PIECES):
+            if pieces > 1 and pieces * block > segments // 2:
+                break
+            depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces
+                     + 2 * (log_buckets - log_g) + log_g + 1)
+            if best is None or depth < best[2]:
+                best = (log_g, pieces, depth)
+    return best
 
 
 def point_words(curve: Curve, group: str) -> int:
@@ -122,6 +125,7 @@ class CudaMsm:
     ``min_chunk`` (the fewest points an MSM chunk may have) is a tuning knob tests lower to
     reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
     next chunk off, ``window_tables = False`` keeps resident bases from getting window tables,
+    ``table_window = c`` sets the window of the tables built from then on (benchmarks sweep it),
     and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
     """
 
@@ -130,6 +134,7 @@ class CudaMsm:
         self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
         self.min_chunk = max(1, int(min_chunk))
         self.window_tables = True  # resident bases get a window table when the budget has room (False: never)
+        self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
         self._local = threading.local()  # .marks: this thread's MSM phase marks (each lane times its own)
@@ -292,15 +297,15 @@ class CudaMsm:
         if bases.points is None:
             return False
         curve, group, n = bases.curve, bases.group, bases.n
-        c = table_window_bits(n, curve.r.bit_length())
-        nbytes = self.table_bytes(curve, group, n)
+        c = self.table_window or table_window_bits(n, curve.r.bit_length())
+        windows = -(-(curve.r.bit_length() + 1) // c) if c else 0
+        nbytes = windows * n * point_words(curve, group) * 4
         if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
             return False
         reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
         if reservation is None:
             return False
         try:
-            windows = -(-(curve.r.bit_length() + 1) // c)
             table = self.runtime.empty((windows * n, point_words(curve, group)), np.uint32)
             self.runtime.launch(self.runtime.module(curve, f"msm_{group}"), "msm_window_table", grid(n), THREADS,
                                 (bases.points, np.uint64(n), np.uint32(c), np.uint32(windows), table))
@@ -456,9 +461,9 @@ class CudaMsm:
         del entries
         self._phase("accumulate")
         span = (largest + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket touches
-        steps = max(1, (span - 1).bit_length())
+        steps = max(1, -(-(span - 1).bit_length() // 2))  # a tree of fan-in 4
         for step in range(steps):
-            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(1 << step),
+            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(4**step),
                                                                        np.uint32(step + 1 == steps), partial_keys, partial_sums, sums))
         del partial_keys, partial_sums, offsets
         self._phase("partials")
@@ -500,17 +505,19 @@ class CudaMsm:
         xp, rt = self.xp, self.runtime
         sum_bytes = 4 * sum_words
         threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // sum_bytes).bit_length() - 1)
-        log_g = segment_bits(log_b, threads)
+        log_g, pieces, _ = reduction_plan(log_b, threads)
         segments = 1 << (log_b - log_g)
         block = min(threads, max(1, segments // 2))
         parts = xp.empty((2 * segments, sum_words), dtype=np.uint32)
         rt.launch(mod, "msm_bucket_segments", grid(segments), THREADS, (sums, np.uint32(segments), np.uint32(log_g), parts))
         bits = log_b - log_g
-        bit_sums = xp.empty((bits + 1, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_bit_sums", bits + 1, block, (parts, np.uint32(segments), np.uint32(bits), bit_sums), shared_bytes=block * sum_bytes)
+        bit_sums = xp.empty(((bits + 1) * pieces, sum_words), dtype=np.uint32)
+        rt.launch(mod, "msm_bit_sums", (bits + 1) * pieces, block, (parts, np.uint32(segments), np.uint32(bits), np.uint32(pieces), bit_sums),
+                  shared_bytes=block * sum_bytes)
         self._phase("windows")
         result = xp.empty((1, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_bits_horner", 1, 32, (bit_sums, np.uint32(bits), np.uint32(log_g), result))
+        rt.launch(mod, "msm_bits_horner", 1, 32, (bit_sums, np.uint32(bits), np.uint32(pieces), np.uint32(log_g), result),
+                  shared_bytes=32 * sum_bytes)
         return result
 
 

@@ -13,7 +13,7 @@
 //    one per thread, so a bucket holding millions of entries (all the witness's 1s) is
 //    spread over many threads. A run of one key that is a whole bucket is written to `sums`;
 //    a bucket cut by chunk boundaries leaves one partial sum per chunk it touches, joined by
-//    a pairwise tree in log2(its span) steps, without the host looking at them.
+//    a tree of fan-in 4 in log4(its span) steps, without the host looking at them.
 // 3. msm_window_segments + msm_sum_runs: each window's sum Σ_b b·S_b, by running sums
 //    over segments of buckets, the segments combined in parallel.
 // 4. msm_horner: Σ_w 2^(c·w)·W_w.
@@ -219,10 +219,11 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
 // One step of joining the pieces of the buckets that chunk boundaries cut. Bucket k's pieces are
 // the slot-1 partial sum of chunk j0, the chunk of its first entry (piece 0), and the slot-0
 // partial sums of the chunks after it up to the chunk j1 of its last entry (piece j - j0 at
-// chunk j). Steps half = 1, 2, 4, ... form a pairwise tree: piece i (i a multiple of 2·half)
-// takes in piece i + half, which no thread writes in this step; the `last` step (half at least
-// the longest span, read off the largest bucket) writes piece 0, the bucket's sum, to sums[k].
-CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, u32 half, u32 last, const u32* partial_keys,
+// chunk j). Steps of a tree of fan-in 4, step = 1, 4, 16, ...: piece i (i a multiple of 4·step)
+// takes in pieces i + step, i + 2·step, i + 3·step, which no thread writes in this step; the
+// `last` step (4·step at least the longest span, read off the largest bucket) writes piece 0,
+// the bucket's sum, to sums[k].
+CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, u32 step, u32 last, const u32* partial_keys,
                                  Sum* partial_sums, Sum* sums) {
     CUZK_THREADS(tid) {
         const u64 j = CUZK_GLOBAL_INDEX(tid);
@@ -232,12 +233,11 @@ CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, 
             if (k == NO_KEY) continue;
             const u64 j0 = offsets[k] / chunk_len, j1 = (offsets[k + 1] - 1) / chunk_len;
             const u64 i = j - j0;
-            if (i % (2 * (u64)half) != 0) continue;
+            if (i % (4 * (u64)step) != 0) continue;
             Sum acc = partial_sums[2 * j + slot];
-            if (j + half <= j1) {
-                acc = acc.add(partial_sums[2 * (j + half)]);
-                partial_sums[2 * j + slot] = acc;
-            }
+            for (u64 other = j + step; other <= j1 && other < j + 4 * (u64)step; other += step)
+                acc = acc.add(partial_sums[2 * other]);
+            if (j + step <= j1) partial_sums[2 * j + slot] = acc;
             if (last && i == 0) sums[k] = acc;
         }
     }
@@ -343,18 +343,20 @@ CUZK_KERNEL void msm_bucket_segments(const Sum* sums, u32 segments, u32 log_g, S
 }
 
 // Σ_s s·R_s = Σ_b 2^b·(Σ of the R_s whose index s has bit b set), a sum without weights per bit.
-// Block b < bits writes that sum of bit b to out[b], block `bits` writes Σ_s parts[s] to
-// out[bits]: each thread sums a stride of the terms, then the block halves its partial sums in
-// shared memory (blockDim.x a power of two, blockDim.x Sums of it).
-CUZK_KERNEL void msm_bit_sums(const Sum* parts, u32 segments, u32 bits, Sum* out) {
+// Blocks b·pieces .. b·pieces + pieces - 1 (b < bits) sum the terms of bit b, blocks of b = bits
+// the parts[s]; block q of them takes every pieces-th stretch of blockDim.x terms from the q-th
+// (each thread one term per stretch), then halves its partial sums in shared memory (blockDim.x
+// a power of two, blockDim.x Sums of it) and writes out[blockIdx.x].
+CUZK_KERNEL void msm_bit_sums(const Sum* parts, u32 segments, u32 bits, u32 pieces, Sum* out) {
     CUZK_DYNAMIC_SMEM(Sum, partial);
     CUZK_THREADS(tid) {
-        const u32 b = blockIdx.x;
+        const u32 b = blockIdx.x / pieces, q = blockIdx.x % pieces;
+        const u32 stride = pieces * blockDim.x;
         Sum acc = Sum::infinity();
         if (b == bits) {
-            for (u32 s = tid; s < segments; s += blockDim.x) acc = acc.add(parts[s]);
+            for (u32 s = q * blockDim.x + tid; s < segments; s += stride) acc = acc.add(parts[s]);
         } else {
-            for (u32 j = tid; j < segments / 2; j += blockDim.x) {  // the j-th index with bit b set
+            for (u32 j = q * blockDim.x + tid; j < segments / 2; j += stride) {  // the j-th index with bit b set
                 const u32 s = ((j >> b) << (b + 1)) | (1u << b) | (j & ((1u << b) - 1));
                 acc = acc.add(parts[segments + s]);
             }
@@ -371,13 +373,22 @@ CUZK_KERNEL void msm_bit_sums(const Sum* parts, u32 segments, u32 bits, Sum* out
     }
 }
 
-// out[0] = 2^log_g·Σ_b 2^b·bit_sums[b] + bit_sums[bits] (one thread: Horner over the bits).
-CUZK_KERNEL void msm_bits_horner(const Sum* bit_sums, u32 bits, u32 log_g, Sum* out) {
+// out[0] = 2^log_g·Σ_b 2^b·T_b + A, T_b the sum of bit b's `pieces` partial sums and A that of
+// the last `pieces` (msm_bit_sums): thread b <= bits (bits < blockDim.x) joins bit b's pieces,
+// then thread 0 runs Horner over the bits.
+CUZK_KERNEL void msm_bits_horner(const Sum* bit_sums, u32 bits, u32 pieces, u32 log_g, Sum* out) {
+    CUZK_DYNAMIC_SMEM(Sum, per_bit);
     CUZK_THREADS(tid) {
-        if (tid != 0 || blockIdx.x != 0) continue;
+        if (tid > bits) continue;
+        Sum acc = bit_sums[tid * pieces];
+        for (u32 q = 1; q < pieces; q++) acc = acc.add(bit_sums[tid * pieces + q]);
+        per_bit[tid] = acc;
+    }
+    CUZK_THREADS(tid) {
+        if (tid != 0) continue;
         Sum acc = Sum::infinity();
-        for (i32 b = (i32)bits - 1; b >= 0; b--) acc = acc.dbl().add(bit_sums[b]);
+        for (i32 b = (i32)bits - 1; b >= 0; b--) acc = acc.dbl().add(per_bit[b]);
         for (u32 g = 0; g < log_g; g++) acc = acc.dbl();
-        out[0] = acc.add(bit_sums[bits]);
+        out[0] = acc.add(per_bit[bits]);
     }
 }
