@@ -436,7 +436,8 @@ def test_gpu_device_arrays_stay_on_the_device(gpu_backend):
 
 @pytest.mark.gpu
 def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
-    """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed)."""
+    """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed), from host bases
+    and from a resident key, whose MSMs run over window tables (the daemon's path; snarkjs judges that proof)."""
     from conftest import snarkjs_available, snarkjs_verify
     from cuzk.formats.json_io import write_proof, write_public
     from cuzk.formats.wtns import read_wtns
@@ -444,9 +445,17 @@ def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
     from cuzk.prover.groth16 import prove
     from cuzk.prover.verify import verify, vkey_from_zkey
 
-    zkey = read_zkey(corpus_circuit / "circuit.zkey")
-    proof = prove(gpu_backend, zkey, read_wtns(corpus_circuit / "witness.wtns"))
-    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+    zkey, wtns = read_zkey(corpus_circuit / "circuit.zkey"), read_wtns(corpus_circuit / "witness.wtns")
+    vkey = vkey_from_zkey(zkey)
+    from_host = prove(gpu_backend, zkey, wtns)
+    assert verify(vkey, from_host.public_signals, from_host)
+    resident = gpu_backend.upload_key(zkey)
+    try:
+        proof = prove(gpu_backend, resident, wtns)
+        assert resident.h.table is not None
+    finally:
+        gpu_backend.free_key(resident)
+    assert verify(vkey, proof.public_signals, proof)
     if snarkjs_available():
         write_proof(tmp_path / "proof.json", proof)
         write_public(tmp_path / "public.json", proof.public_signals)

@@ -111,6 +111,7 @@ class CupyRuntime:
         self.device_id = device
         self.device = cupy.cuda.Device(device)
         self._modules: dict[str, object] = {}
+        self._by_kind: dict[tuple[str, str], object] = {}  # (curve name, kind) -> module, for ``module``
         self._lock = threading.Lock()
         self._prebuilt = os.environ.get(PREBUILT_ENV)
         with self.device:
@@ -184,7 +185,12 @@ class CupyRuntime:
         return bool(attrs.hostPointer)  # versions without it: only registered host memory has a host pointer
 
     def module(self, curve: Curve, kind: str):
-        return self.compile(module_source(curve, kind))
+        """Module ``kind`` of ``curve``, found by name after its first use: assembling and hashing its source costs
+        about a millisecond, which every small NTT or MSM would otherwise pay."""
+        mod = self._by_kind.get((curve.name, kind))
+        if mod is None:
+            mod = self._by_kind[(curve.name, kind)] = self.compile(module_source(curve, kind))
+        return mod
 
     def compile(self, source: str):
         digest = source_digest(source)
@@ -267,10 +273,14 @@ class HostRuntime:
         if self._compiler is None:
             raise CudaBackendError("no host C++ compiler (g++/clang++) for the CUDA host emulation")
         self._modules: dict[str, ctypes.CDLL] = {}
+        self._by_kind: dict[tuple[str, str], ctypes.CDLL] = {}  # (curve name, kind) -> module, for ``module``
         self._lock = threading.Lock()
 
     def module(self, curve: Curve, kind: str) -> ctypes.CDLL:
-        return self.compile(module_source(curve, kind))
+        mod = self._by_kind.get((curve.name, kind))
+        if mod is None:
+            mod = self._by_kind[(curve.name, kind)] = self.compile(module_source(curve, kind))
+        return mod
 
     def compile(self, source: str) -> ctypes.CDLL:
         digest = source_digest(source)

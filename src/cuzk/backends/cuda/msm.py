@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
+from functools import cache
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class ScalarOutOfRangeError(CudaInputError):
         self.index = index
 
 
+@cache
 def window_bits(n: int, scalar_bits: int) -> int:
     """Pippenger window c minimising windows·(n mixed adds + 2·2^(c-1) full adds ≈ 1.4 mixed each)."""
     best, best_cost = 4, math.inf
@@ -55,6 +57,7 @@ REDUCTION_SMEM_BYTES = 48 * 1024
 MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by one thread each in msm_bits_horner
 
 
+@cache
 def table_window_bits(n: int, scalar_bits: int) -> int:
     """Window c for bases with a window table: windows·n mixed adds, one set of 2^(c-1) buckets (≈ 1.4 mixed
     adds per full one, two per bucket), and the reduction's dependent chain (``SERIAL_OP_COST`` each). The
@@ -70,6 +73,7 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
     return best
 
 
+@cache
 def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
     msm_bucket_segments sums 2^log_g buckets, msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at
