@@ -47,10 +47,11 @@ def window_bits(n: int, scalar_bits: int) -> int:
     return best
 
 
-# A dependent chain of one point operation on one thread takes about as long as this many mixed
-# additions spread over the whole GPU (~18 µs, measured in GPU_NOTES v5, against ~0.35 ns): what a
-# bucket reduction's depth costs a window-table MSM, whose work is otherwise windows·n additions.
-SERIAL_OP_COST = 50_000
+# What one dependent point operation of a window-table MSM's bucket reduction costs, in mixed
+# additions of its accumulation. Fitted to the window sweep of GPU_NOTES v5 (fastest: c = 16 at
+# 2^16, c = 20 at 2^20), not to a thread's latency (~18 µs, ≈ 50,000 additions of the whole GPU):
+# the entries a smaller window adds cost more than the accumulation alone (sort, longer joins).
+SERIAL_OP_COST = 2_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
@@ -465,9 +466,9 @@ class CudaMsm:
         del entries
         self._phase("accumulate")
         span = (largest + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket touches
-        steps = max(1, -(-(span - 1).bit_length() // 2))  # a tree of fan-in 4
+        steps = max(1, (span - 1).bit_length())  # a pairwise tree
         for step in range(steps):
-            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(4**step),
+            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(1 << step),
                                                                        np.uint32(step + 1 == steps), partial_keys, partial_sums, sums))
         del partial_keys, partial_sums, offsets
         self._phase("partials")
