@@ -7,6 +7,13 @@ then an MSM whose working set does not fit the budget runs in chunks, uploading 
 into one of two device buffers (on its lane's copy thread and stream) while chunk i
 computes from the other. Planning the chunks and reserving their working set are one step
 (``plan``), so MSMs of several proofs on one device never both count the same free bytes.
+
+Resident bases stay for hours, so their first MSM gives them a window table when the budget
+has room: 2^(c·w)·P_i for every window w, affine. An MSM over it sorts every window's digits
+into one set of 2^(c-1) buckets and reduces that set alone: no per-window reductions and no
+Horner step, whose ~255 dependent doublings on one thread cost ~2 ms at any size. The table is
+reserved apart from the bases (``table_bytes``, not in the key's own footprint) and is a cache:
+the VRAM budget evicts it, while no MSM reads it, before it refuses a reservation.
 """
 
 from __future__ import annotations
