@@ -331,6 +331,9 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     backend.runtime.launch = launch
     blocker.release()
     # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.
+    other = backend.upload_bases(curve, group, host)  # a second tabled bases: eviction picks among several
+    msm(backend, curve, group, other, limbs)
+    other.free()
     evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
     assert resident.table is None and resident.nbytes == host.nbytes
     evicting.release()

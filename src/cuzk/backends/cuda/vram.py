@@ -183,7 +183,7 @@ class VramReservation:
         self.release()
 
 
-@dataclass
+@dataclass(eq=False)  # a handle on device memory: equal only to itself (it holds device arrays)
 class DeviceBases:
     """A key's MSM bases resident in VRAM: repeated proofs upload only their scalars.
 
