@@ -4,6 +4,7 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --prebuild DIR   # nvcc-build the cubins (no GPU needed)
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1 --host-bases 8   # upload overlap
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --table-sweep 10,12,13,14   # window-table c
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -12,7 +13,9 @@ result is checked against the closed form (a·Σ i·s_i + b·Σ s_i)·G; every N
 its inverse. Synthesis (op "synth", not run by default: it draws a synthetic circuit of
 2^log_n constraints on the host first) evaluates A·w and B·w from resident coefficients and
 is checked against, and timed next to, the CPU's synthesis. Times are medians of CUDA-event-timed runs after a warm-up; MSM bases are
-resident (uploaded once, as the key manager keeps them), scalars already on the device.
+resident (uploaded once, as the key manager keeps them), scalars already on the device; each
+MSM is timed with the bases' window table (built by the first MSM, its time reported apart)
+and without it (``ms_no_table``, the path MSMs of non-resident bases take).
 Where the CPU backend is importable, it runs on the same inputs up to 2^cpu-max-log and
 the ratio is printed.
 """
@@ -37,29 +40,13 @@ from cuzk.curves import BLS12_381, BN254, curve_by_name
 
 GENERATOR_KERNEL = r"""
 // Benchmark inputs: out[i] = affine(B + i·A), 64 consecutive points per thread.
-// x^(p-2) with out-of-line products: inlined, this loop takes NVVM minutes to compile.
-CUZK_HD Fq bench_inverse(const Fq& x) {
-    Fq r = Fq::one();
-    for (int i = Fq::N - 1; i >= 0; i--) {
-        const u32 e = FqParams::p(i) - (i == 0 ? 2u : 0u);
-        for (int b = 31; b >= 0; b--) {
-            r = Fq::mul_outlined(r, r);
-            if ((e >> b) & 1) r = Fq::mul_outlined(r, x);
-        }
-    }
-    return r;
-}
-CUZK_HD Fp2<Fq> bench_inverse(const Fp2<Fq>& x) {
-    const Fq t = bench_inverse(x.c0.sqr() + x.c1.sqr());
-    return {x.c0 * t, -(x.c1 * t)};
-}
 CUZK_KERNEL void bench_progression(const Point* a, const Point* b, u64 n, Point* out) {
     CUZK_THREADS(tid) {
         const u64 first = CUZK_GLOBAL_INDEX(tid) * 64;
         if (first >= n) continue;
         Sum acc = Sum::from_affine(a[0]).mul_small((u32)first).add(Sum::from_affine(b[0]));
         for (u64 i = first; i < n && i < first + 64; i++) {
-            const F inv = bench_inverse(acc.zz * acc.zzz);  // 1/ZZ = inv·ZZZ, 1/ZZZ = inv·ZZ
+            const F inv = (acc.zz * acc.zzz).inverse();  // 1/ZZ = inv·ZZZ, 1/ZZZ = inv·ZZ
             Point p;
             p.x = acc.x * (inv * acc.zzz);
             p.y = acc.y * (inv * acc.zz);
@@ -210,7 +197,7 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
     return out
 
 
-def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0):
+def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -231,12 +218,35 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     scalars = cupy.asarray(scalars_host)
     fn = backend.msm_g1 if group == "g1" else backend.msm_g2
     repeat = 5 if log_n <= 20 else 3
+    t = time.perf_counter()
+    fn(curve, resident, scalars)  # the first MSM over the resident bases builds their window table
+    backend.runtime.synchronize()
+    first_s = time.perf_counter() - t
     t_msm, got = timer(lambda: fn(curve, resident, scalars), repeat)
     s0, s1 = scalar_sums(scalars_host, curve.r)
     expected = G.mul(G.generator, (a * s1 + b * s0) % curve.r)
     row = {"op": f"msm_{group}", "curve": curve.name, "log_n": log_n, "ms": t_msm, "ok": G.eq(got, expected),
-           "window_bits": window_bits(n, curve.r.bit_length()),
-           "gen_bases_s": round(gen_s, 3)}
+           "window_bits": window_bits(n, curve.r.bit_length()), "table_bits": resident.table_bits,
+           "table_mib": round(backend.msm.table_bytes(curve, group, n) / 2**20, 1) if resident.table is not None else 0,
+           "first_msm_s": round(first_s, 3), "gen_bases_s": round(gen_s, 3)}
+    # The same MSM without the window table (each window its own buckets, Horner at the end): the before.
+    backend.msm.window_tables = False
+    row["ms_no_table"], got_plain = timer(lambda: fn(curve, resident, scalars), repeat)
+    row["ok_no_table"] = G.eq(got_plain, expected)
+    backend.msm.phase_log = []
+    fn(curve, resident, scalars)
+    row["phases_no_table_ms"] = {label: round(ms, 3) for label, ms in backend.msm.phase_log}
+    backend.msm.phase_log = None
+    backend.msm.window_tables = True
+    if table_sweep:  # the same MSM over tables of other windows c (each built anew)
+        row["table_sweep_ms"] = {}
+        for c in table_sweep:
+            resident.drop_table()
+            backend.msm.table_window = c
+            ms, got_c = timer(lambda: fn(curve, resident, scalars), repeat)
+            row["table_sweep_ms"][c] = round(ms, 3) if G.eq(got_c, expected) else "WRONG"
+        backend.msm.table_window = None
+        resident.drop_table()
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
@@ -315,6 +325,7 @@ def main(argv=None) -> int:
     ap.add_argument("--host-bases", type=int, default=0, metavar="CHUNKS",
                     help="also time MSMs from pinned host bases: whole, and in CHUNKS chunks with and without the "
                          "double-buffered upload overlapping compute (prints the overlap gain)")
+    ap.add_argument("--table-sweep", metavar="C,C,...", help="also time each MSM over window tables of these windows c")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -352,7 +363,8 @@ def main(argv=None) -> int:
                 bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows)
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
-                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases)
+                    bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
+                              [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:
@@ -360,23 +372,24 @@ def main(argv=None) -> int:
     if args.out:
         args.out.write_text(json.dumps({"rows": rows, "proofs": proofs}, indent=1))
 
-    print("\ncurve      op       log_n    GPU ms   (intt/coset|sparse)   CPU ms   ratio  ok")
+    print("\ncurve      op       log_n    GPU ms   (intt/coset|sparse, no table)   CPU ms   ratio  ok")
     for r in rows:
         if r["op"] == "proof":
             print(f"{r['curve']:10s} proof    {r['circuit'][:14]:14s} {r['ms']:9.2f} {'':20s} {r.get('cpu_ms', float('nan')):9.1f} {r.get('cpu_ratio', float('nan')):6.1f}")
             continue
         ms = r.get("ntt_ms", r.get("ms"))
         extra = (f"({r['intt_ms']:.2f} / {r['coset_ntt_ms']:.2f})" if r["op"] == "ntt"
-                 else f"(upload {r['upload_ms']:.0f})" if r["op"] == "synth" else f"(sparse {r['ms_sparse_witness']:.2f})")
+                 else f"(upload {r['upload_ms']:.0f})" if r["op"] == "synth"
+                 else f"(sparse {r['ms_sparse_witness']:.2f}, no table {r['ms_no_table']:.2f})")
         cpu_ms = r.get("cpu_ntt_ms", r.get("cpu_ms", float("nan")))
-        print(f"{r['curve']:10s} {r['op']:8s} {r['log_n']:5d} {ms:9.2f}   {extra:20s} {cpu_ms:9.1f} {r.get('cpu_ratio', float('nan')):6.1f}  {r['ok']}"
-              + ("" if r.get("ok_sparse", True) else " SPARSE WRONG"))
+        print(f"{r['curve']:10s} {r['op']:8s} {r['log_n']:5d} {ms:9.2f}   {extra:30s} {cpu_ms:9.1f} {r.get('cpu_ratio', float('nan')):6.1f}  {r['ok']}"
+              + ("" if r.get("ok_sparse", True) else " SPARSE WRONG") + ("" if r.get("ok_no_table", True) else " NO-TABLE WRONG"))
     for r in rows:
         if "overlap_gain" in r:
             print(f"{r['curve']:10s} {r['op']:8s} 2^{r['log_n']} from pinned host bases: whole {r['ms_host_bases_whole']:.1f} ms, "
                   f"{r['host_bases_chunks']} chunks serial {r['ms_host_bases_serial']:.1f} ms, overlapped {r['ms_host_bases_overlap']:.1f} ms "
                   f"(gain {r['overlap_gain']:.2f}x; resident {r['ms']:.1f} ms)")
-    bad = [r for r in rows if r.get("ok") is False or r.get("ok_sparse") is False
+    bad = [r for r in rows if r.get("ok") is False or r.get("ok_sparse") is False or r.get("ok_no_table") is False
            or r.get("ok_host_bases_serial") is False or r.get("ok_host_bases_overlap") is False]
     return 1 if bad else 0
 

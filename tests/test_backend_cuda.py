@@ -299,6 +299,51 @@ def test_resident_bases_give_the_same_result_and_hold_budget(kind):
         small.upload_bases(curve, "g2", host)
 
 
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("group", GROUPS)
+def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, group):
+    """Resident bases get a window table on their first MSM (reserved beside them, freed with them); the one-bucket-set
+    MSM over it equals the reference, with edge bases and scalars, whole and in chunks when the budget is short."""
+    rng = random.Random(13)
+    G, r = group_of(curve, group), curve.r
+    points = random_points(curve, group, 48, rng)
+    points[3] = None
+    points[10:14] = [points[9]] * 4
+    points[20] = G.neg(points[21])
+    scalars = [rng.randrange(r) for _ in range(48)]
+    scalars[0:4] = [0, 1, r - 1, 5]
+    scalars[20] = scalars[21]
+    scalars[30:40] = [1] * 10
+    expected = G.msm(points, scalars)
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 24), min_msm_chunk=8)
+    host = bases_array(curve, group, points)
+    resident = backend.upload_bases(curve, group, host)
+    limbs = ints_to_limbs(scalars, 8)
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected)
+    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48)
+    assert backend.vram.reserved_bytes == resident.nbytes
+    whole = backend.msm.working_bytes(curve, group, 48, resident=True)
+    blocker = backend.vram.reserve(backend.vram.available_bytes - whole // 2, "test: leave room for a chunk only")
+    launched, launch = [], backend.runtime.launch
+    backend.runtime.launch = lambda module, kernel, *args, **kw: launched.append(kernel) or launch(module, kernel, *args, **kw)
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected)  # the table it reads is not evicted for its chunks
+    assert launched.count("msm_count") > 1 and "msm_scatter_table" in launched and resident.table is not None
+    backend.runtime.launch = launch
+    blocker.release()
+    # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.
+    other = backend.upload_bases(curve, group, host)  # a second tabled bases: eviction picks among several
+    msm(backend, curve, group, other, limbs)
+    other.free()
+    evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
+    assert resident.table is None and resident.nbytes == host.nbytes
+    evicting.release()
+    assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
+    backend.msm.window_tables = False
+    assert G.eq(msm(backend, curve, group, resident, ints_to_limbs([1] * 48, 8)), G.msm(points, [1] * 48))
+    resident.free()
+    assert backend.vram.reserved_bytes == 0
+
+
 def test_upload_key_makes_every_msm_base_resident(kind):
     from conftest import corpus_dir
     from cuzk.formats.zkey import read_zkey
@@ -394,7 +439,8 @@ def test_gpu_device_arrays_stay_on_the_device(gpu_backend):
 
 @pytest.mark.gpu
 def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
-    """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed)."""
+    """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed), from host bases
+    and from a resident key, whose MSMs run over window tables (the daemon's path; snarkjs judges that proof)."""
     from conftest import snarkjs_available, snarkjs_verify
     from cuzk.formats.json_io import write_proof, write_public
     from cuzk.formats.wtns import read_wtns
@@ -402,9 +448,17 @@ def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
     from cuzk.prover.groth16 import prove
     from cuzk.prover.verify import verify, vkey_from_zkey
 
-    zkey = read_zkey(corpus_circuit / "circuit.zkey")
-    proof = prove(gpu_backend, zkey, read_wtns(corpus_circuit / "witness.wtns"))
-    assert verify(vkey_from_zkey(zkey), proof.public_signals, proof)
+    zkey, wtns = read_zkey(corpus_circuit / "circuit.zkey"), read_wtns(corpus_circuit / "witness.wtns")
+    vkey = vkey_from_zkey(zkey)
+    from_host = prove(gpu_backend, zkey, wtns)
+    assert verify(vkey, from_host.public_signals, from_host)
+    resident = gpu_backend.upload_key(zkey)
+    try:
+        proof = prove(gpu_backend, resident, wtns)
+        assert resident.h.table is not None
+    finally:
+        gpu_backend.free_key(resident)
+    assert verify(vkey, proof.public_signals, proof)
     if snarkjs_available():
         write_proof(tmp_path / "proof.json", proof)
         write_public(tmp_path / "public.json", proof.public_signals)

@@ -77,13 +77,14 @@ class RecordingVram(VramBudget):
 
 def _second_proof_waits(engine, device, runtime, circuit):
     """Catch a first proof at its MSM (its vectors and the key held), take all the rest of the budget but less than
-    one proof's vectors (``filler``: what another proof holds while it computes), and submit a second proof: returns
+    one proof's vectors (``filler``: what another proof holds while it computes; idle MSM window tables, a cache,
+    give way to it), and submit a second proof: returns
     (first, second, filler) once the second waits for its vectors' VRAM. Release the filler before opening the gate:
     the first proof's later MSMs need room too."""
     runtime.armed = True
     first = engine.submit("c", circuit[1].read_bytes())
     assert runtime.reached.wait(120)
-    room = device.vram.available_bytes - device_vector_bytes(read_zkey_header(circuit[0])) + 1
+    room = device.vram.available_bytes + device.msm.idle_bytes() - device_vector_bytes(read_zkey_header(circuit[0])) + 1  # idle window tables are evicted for it
     filler = device.vram.reserve(max(0, room), "another proof")
     second = engine.submit("c", circuit[1].read_bytes())
     wait_until(lambda: device.vram.vectors_refused >= 2 and engine.get(second).state is JobState.PROVING)

@@ -183,18 +183,26 @@ class VramReservation:
         self.release()
 
 
-@dataclass
+@dataclass(eq=False)  # a handle on device memory: equal only to itself (it holds device arrays)
 class DeviceBases:
     """A key's MSM bases resident in VRAM: repeated proofs upload only their scalars.
 
-    ``points`` is the (n, words) device array in the backend's layout; ``free()`` gives the
-    memory and its reservation back (the key manager calls it on eviction).
+    ``points`` is the (n, words) device array in the backend's layout. ``table`` is their
+    window table once an MSM has built one (msm.py: 2^(c·w)·P_i for every window w of
+    ``table_bits`` = c, under a reservation of its own, ``table_reservation``, read by
+    ``table_users`` MSMs now), None before, when the budget had no room for it, or after the
+    budget evicted it. ``free()`` gives all of it and its reservations back (the key manager
+    calls it on eviction).
     """
 
     curve: Curve
     group: str
     points: object
     reservation: VramReservation
+    table: object = None
+    table_bits: int = 0
+    table_reservation: VramReservation | None = None
+    table_users: int = 0
 
     @property
     def n(self) -> int:
@@ -202,11 +210,21 @@ class DeviceBases:
 
     @property
     def nbytes(self) -> int:
-        return self.reservation.nbytes
+        """VRAM held: the bases and their window table when one was built."""
+        return self.reservation.nbytes + (self.table_reservation.nbytes if self.table_reservation is not None else 0)
 
     def free(self) -> None:
         self.points = None
         self.reservation.release()
+        self.drop_table()
+
+    def drop_table(self) -> int:
+        """Free the window table (none may be reading it); the bytes given back."""
+        held, self.table, self.table_bits, self.table_reservation = self.table_reservation, None, 0, None
+        if held is None:
+            return 0
+        held.release()
+        return held.nbytes
 
     def __len__(self) -> int:
         return self.n

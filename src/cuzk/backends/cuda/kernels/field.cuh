@@ -128,6 +128,20 @@ struct alignas(16) Fp {
 
     CUZK_HD Fp sqr() const { return *this * *this; }
 
+    // this^(p-2) = this^-1 (0 for 0), by Fermat. Products out of line: an inlined 254-step
+    // exponentiation takes NVVM minutes to compile, and nothing calls it in a hot loop.
+    CUZK_HD Fp inverse() const {
+        Fp r = one();
+        for (int i = N - 1; i >= 0; i--) {
+            const u32 e = P::p(i) - (i == 0 ? 2u : 0u);
+            for (int b = 31; b >= 0; b--) {
+                r = mul_outlined(r, r);
+                if ((e >> b) & 1) r = mul_outlined(r, *this);
+            }
+        }
+        return r;
+    }
+
     CUZK_HD Fp to_mont() const { return *this * r2(); }
     CUZK_HD Fp from_mont() const {
         Fp unit = zero();

@@ -25,6 +25,12 @@ struct alignas(16) Fp2 {
         return {t0 - t1, t2 - t0 - t1};
     }
 
+    // (c0 - c1 u) / (c0^2 + c1^2): one base-field inversion.
+    CUZK_HD Fp2 inverse() const {
+        const F t = (c0.sqr() + c1.sqr()).inverse();
+        return {c0 * t, -(c1 * t)};
+    }
+
     // (c0 + c1 u)^2 = (c0 + c1)(c0 - c1) + 2 c0 c1 u: two products.
     CUZK_HD Fp2 sqr() const { return square(*this); }
     CUZK_OUTLINE static Fp2 square(const Fp2& a) {

@@ -9,14 +9,20 @@
 //    the entries grouped by key; the keys themselves are not stored, the bucket offsets
 //    (the scan of the counts) say where each key's entries are. Zero digits make no
 //    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing.
-// 2. msm_accumulate_*: the sorted entries are cut into equal chunks, one per thread, so a
-//    bucket holding millions of entries (all the witness's 1s) is spread over many
-//    threads. A run of one key that is a whole bucket is written to `sums`; runs cut by a
-//    chunk boundary become partial sums, which are again sorted by key and are summed the
-//    same way until none remain.
+// 2. msm_accumulate_bases + msm_join_pieces: the sorted entries are cut into equal chunks,
+//    one per thread, so a bucket holding millions of entries (all the witness's 1s) is
+//    spread over many threads. A run of one key that is a whole bucket is written to `sums`;
+//    a bucket cut by chunk boundaries leaves one partial sum per chunk it touches, joined by
+//    a pairwise tree in log2(its span) steps, without the host looking at them.
 // 3. msm_window_segments + msm_sum_runs: each window's sum Σ_b b·S_b, by running sums
 //    over segments of buckets, the segments combined in parallel.
 // 4. msm_horner: Σ_w 2^(c·w)·W_w.
+//
+// Resident bases may carry a window table (msm_window_table: 2^(c·w)·P_i for every window w,
+// affine, built once). Then every window's digits go to one set of 2^(c-1) buckets, each
+// entry naming its window's multiple (msm_scatter_table), and steps 3-4 become one bucket
+// reduction (msm_bucket_segments, msm_bit_sums, msm_bits_horner) whose longest chain of
+// dependent operations is ~c doublings instead of the ~255 of step 4's Horner.
 #include "group.cuh"
 
 #define SCALAR_LIMBS 8
@@ -79,7 +85,8 @@ CUZK_HD Scalar load_scalar(const u32* scalars, u64 i, u64 n) {
 }
 
 // counts[key] += number of entries with that key; first_bad = least index of a scalar >= r.
-CUZK_KERNEL void msm_count(const u32* scalars, u64 n, u32 c, u32 windows, u32* counts, u32* first_bad) {
+// window_mask = 0 sends every window to one set of buckets (window tables), all ones keeps them apart.
+CUZK_KERNEL void msm_count(const u32* scalars, u64 n, u32 c, u32 windows, u32 window_mask, u32* counts, u32* first_bad) {
     CUZK_THREADS(tid) {
         const u64 i = CUZK_GLOBAL_INDEX(tid);
         const Scalar s = load_scalar(scalars, i, n);
@@ -91,7 +98,7 @@ CUZK_KERNEL void msm_count(const u32* scalars, u64 n, u32 c, u32 windows, u32* c
         u32 carry = 0;
         for (u32 w = 0; w < windows; w++) {
             const i32 d = signed_digit(s, w, c, carry);
-            const u32 key = (w << (c - 1)) + (u32)(d < 0 ? -d : d) - 1;
+            const u32 key = ((w & window_mask) << (c - 1)) + (u32)(d < 0 ? -d : d) - 1;
             warp_increment(counts, key, live && d != 0);
         }
     }
@@ -115,18 +122,24 @@ CUZK_KERNEL void msm_scatter(const u32* scalars, u64 n, u32 c, u32 window, u32* 
     }
 }
 
-// A run [a, b] of key k inside the chunk [start, end): a whole bucket goes to sums[k], a
-// piece of one to the chunk's partial slot 0 (the run that began before the chunk) or 1
-// (the run that goes on after it).
-CUZK_HD void emit_run(const u32* keys, u64 count, u64 start, u64 a, u64 b, u32 k, const Sum& acc, Sum* sums,
-                      u32* partial_keys, Sum* partial_sums, u64 chunk) {
-    const bool whole = (a == 0 || keys[a - 1] != k) && (b + 1 == count || keys[b + 1] != k);
-    if (whole) {
-        sums[k] = acc;
-    } else {
-        const u64 slot = 2 * chunk + (a == start ? 0 : 1);
-        partial_keys[slot] = k;
-        partial_sums[slot] = acc;
+// Window-table form of msm_scatter: every window's entries under the one set of keys |d| - 1, each
+// entry the table row of its base's multiple (w·stride + first + i, stride = the table's points
+// per window, first = this chunk's first point). One launch places only the keys in
+// [key_lo, key_hi), so its scattered writes stay within one stretch of `entries`.
+CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows, u64 stride, u64 first, u32 key_lo,
+                                   u32 key_hi, u32* cursor, u32* entries) {
+    CUZK_THREADS(tid) {
+        const u64 i = CUZK_GLOBAL_INDEX(tid);
+        const Scalar s = load_scalar(scalars, i, n);
+        const bool live = i < n && below_r(s);
+        u32 carry = 0;
+        for (u32 w = 0; w < windows; w++) {
+            const i32 d = signed_digit(s, w, c, carry);
+            const u32 key = (u32)(d < 0 ? -d : d) - 1;
+            const bool active = live && d != 0 && key >= key_lo && key < key_hi;
+            const u32 pos = warp_increment(cursor, key, active);
+            if (active) entries[pos] = (u32)(w * stride + first + i) | (d < 0 ? SIGN_BIT : 0);
+        }
     }
 }
 
@@ -141,29 +154,6 @@ struct BaseEntries {
         return acc.add_affine(p.x, p.y);
     }
 };
-
-// Levels >= 1: partial sums with their keys stored alongside.
-CUZK_HD void accumulate_partials_chunk(const u32* keys, const Sum* points, u64 count, u32 chunk_len, Sum* sums,
-                                       u32* partial_keys, Sum* partial_sums, u64 chunk) {
-    const u64 start = chunk * chunk_len;
-    const u64 end = start + chunk_len < count ? start + chunk_len : count;
-    partial_keys[2 * chunk] = NO_KEY;
-    partial_keys[2 * chunk + 1] = NO_KEY;
-    u32 k = keys[start];
-    u64 run = start;
-    Sum acc = Sum::infinity();
-    for (u64 i = start; i < end; i++) {
-        const u32 ki = keys[i];
-        if (ki != k) {
-            emit_run(keys, count, start, run, i - 1, k, acc, sums, partial_keys, partial_sums, chunk);
-            k = ki;
-            run = i;
-            acc = Sum::infinity();
-        }
-        acc = acc.add(points[i]);
-    }
-    emit_run(keys, count, start, run, end - 1, k, acc, sums, partial_keys, partial_sums, chunk);
-}
 
 // The key (bucket) of sorted entry i: the k with offsets[k] <= i < offsets[k + 1].
 CUZK_HD u32 bucket_of(const u32* offsets, u32 keys_total, u64 i) {
@@ -226,12 +216,32 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
     }
 }
 
-CUZK_KERNEL void msm_accumulate_partials(const u32* keys, const Sum* points, u64 count, u32 chunk_len, Sum* sums,
-                                         u32* partial_keys, Sum* partial_sums) {
+// One step of joining the pieces of the buckets that chunk boundaries cut. Bucket k's pieces are
+// the slot-1 partial sum of chunk j0, the chunk of its first entry (piece 0), and the slot-0
+// partial sums of the chunks after it up to the chunk j1 of its last entry (piece j - j0 at
+// chunk j). Steps half = 1, 2, 4, ... form a pairwise tree: piece i (i a multiple of 2·half)
+// takes in piece i + half, which no thread writes in this step; the `last` step (half at least
+// the longest span, read off the largest bucket) writes piece 0, the bucket's sum, to sums[k].
+// (A fan-in of 4 halves the steps but idles three lanes in four while the fourth adds three
+// times: at 2^24 it took 20.6 ms against this one's 13.3, GPU_NOTES v5.)
+CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, u32 half, u32 last, const u32* partial_keys,
+                                 Sum* partial_sums, Sum* sums) {
     CUZK_THREADS(tid) {
-        const u64 chunk = CUZK_GLOBAL_INDEX(tid);
-        if (chunk * chunk_len >= count) continue;
-        accumulate_partials_chunk(keys, points, count, chunk_len, sums, partial_keys, partial_sums, chunk);
+        const u64 j = CUZK_GLOBAL_INDEX(tid);
+        if (j >= chunks) continue;
+        for (u32 slot = 0; slot < 2; slot++) {
+            const u32 k = partial_keys[2 * j + slot];
+            if (k == NO_KEY) continue;
+            const u64 j0 = offsets[k] / chunk_len, j1 = (offsets[k + 1] - 1) / chunk_len;
+            const u64 i = j - j0;
+            if (i % (2 * (u64)half) != 0) continue;
+            Sum acc = partial_sums[2 * j + slot];
+            if (j + half <= j1) {
+                acc = acc.add(partial_sums[2 * (j + half)]);
+                partial_sums[2 * j + slot] = acc;
+            }
+            if (last && i == 0) sums[k] = acc;
+        }
     }
 }
 
@@ -274,5 +284,113 @@ CUZK_KERNEL void msm_horner(const Sum* window_sums, u32 windows, u32 c, Sum* out
             acc = acc.add(window_sums[w]);
         }
         out[0] = acc;
+    }
+}
+
+// ---------------------------------------------------------------- window tables
+#define MAX_TABLE_WINDOWS 32
+
+// table[w·n + i] = 2^(c·w)·bases[i] for w < windows (affine, infinity all-zero), one thread per
+// base: c doublings per window in XYZZ, then all windows made affine with one inversion
+// (Montgomery's trick; x = X·ZZZ/(ZZ·ZZZ), y = Y·ZZ/(ZZ·ZZZ), the running products of
+// ZZ·ZZZ in thread-local memory). Built once per resident bases, so plain Fermat inversion.
+CUZK_KERNEL void msm_window_table(const Point* bases, u64 n, u32 c, u32 windows, Point* table) {
+    CUZK_THREADS(tid) {
+        const u64 i = CUZK_GLOBAL_INDEX(tid);
+        if (i >= n) continue;
+        F prefix[MAX_TABLE_WINDOWS], denominators[MAX_TABLE_WINDOWS];
+        u32 infinite = 0;  // bit w: the multiple of window w is infinity (only for a point of order 2^k)
+        Sum acc = Sum::from_affine(bases[i]);
+        F running = F::one();
+        for (u32 w = 0; w < windows; w++) {
+            if (w > 0)
+                for (u32 b = 0; b < c; b++) acc = acc.dbl();
+            const bool inf = acc.is_infinity();
+            infinite |= (inf ? 1u : 0u) << w;
+            const F d = inf ? F::one() : acc.zz * acc.zzz;
+            table[w * n + i] = {acc.x * acc.zzz, acc.y * acc.zz};
+            denominators[w] = d;
+            running = running * d;
+            prefix[w] = running;
+        }
+        F inv = running.inverse();  // 1 / (d_0 ... d_w) for the w below
+        for (i32 w = (i32)windows - 1; w >= 0; w--) {
+            const F d_inv = w > 0 ? inv * prefix[w - 1] : inv;
+            inv = inv * denominators[w];
+            const Point scaled = table[w * n + i];
+            Point p;
+            p.x = (infinite >> w) & 1 ? F::zero() : scaled.x * d_inv;
+            p.y = (infinite >> w) & 1 ? F::zero() : scaled.y * d_inv;
+            table[w * n + i] = p;
+        }
+    }
+}
+
+// The one window of a window-table MSM: bucket k weighs k + 1. Thread s takes the segment of
+// 2^log_g buckets from s·2^log_g: parts[s] = Σ_j (j + 1)·S_j and parts[segments + s] = Σ_j S_j,
+// by running sums from the top bucket down. The MSM is Σ_s parts[s] + 2^log_g·Σ_s s·parts[segments + s].
+CUZK_KERNEL void msm_bucket_segments(const Sum* sums, u32 segments, u32 log_g, Sum* parts) {
+    CUZK_THREADS(tid) {
+        const u64 s = CUZK_GLOBAL_INDEX(tid);
+        if (s >= segments) continue;
+        const Sum* seg = sums + (s << log_g);
+        Sum run = Sum::infinity(), acc = Sum::infinity();
+        for (i32 j = (1 << log_g) - 1; j >= 0; j--) {
+            run = run.add(seg[j]);
+            acc = acc.add(run);
+        }
+        parts[s] = acc;
+        parts[segments + s] = run;
+    }
+}
+
+// Σ_s s·R_s = Σ_b 2^b·(Σ of the R_s whose index s has bit b set), a sum without weights per bit.
+// Blocks b·pieces .. b·pieces + pieces - 1 (b < bits) sum the terms of bit b, blocks of b = bits
+// the parts[s]; block q of them takes every pieces-th stretch of blockDim.x terms from the q-th
+// (each thread one term per stretch), then halves its partial sums in shared memory (blockDim.x
+// a power of two, blockDim.x Sums of it) and writes out[blockIdx.x].
+CUZK_KERNEL void msm_bit_sums(const Sum* parts, u32 segments, u32 bits, u32 pieces, Sum* out) {
+    CUZK_DYNAMIC_SMEM(Sum, partial);
+    CUZK_THREADS(tid) {
+        const u32 b = blockIdx.x / pieces, q = blockIdx.x % pieces;
+        const u32 stride = pieces * blockDim.x;
+        Sum acc = Sum::infinity();
+        if (b == bits) {
+            for (u32 s = q * blockDim.x + tid; s < segments; s += stride) acc = acc.add(parts[s]);
+        } else {
+            for (u32 j = q * blockDim.x + tid; j < segments / 2; j += stride) {  // the j-th index with bit b set
+                const u32 s = ((j >> b) << (b + 1)) | (1u << b) | (j & ((1u << b) - 1));
+                acc = acc.add(parts[segments + s]);
+            }
+        }
+        partial[tid] = acc;
+    }
+    for (u32 half = blockDim.x / 2; half > 0; half >>= 1) {
+        CUZK_THREADS(tid) {
+            if (tid < half) partial[tid] = partial[tid].add(partial[tid + half]);
+        }
+    }
+    CUZK_THREADS(tid) {
+        if (tid == 0) out[blockIdx.x] = partial[0];
+    }
+}
+
+// out[0] = 2^log_g·Σ_b 2^b·T_b + A, T_b the sum of bit b's `pieces` partial sums and A that of
+// the last `pieces` (msm_bit_sums): thread b <= bits (bits < blockDim.x) joins bit b's pieces,
+// then thread 0 runs Horner over the bits.
+CUZK_KERNEL void msm_bits_horner(const Sum* bit_sums, u32 bits, u32 pieces, u32 log_g, Sum* out) {
+    CUZK_DYNAMIC_SMEM(Sum, per_bit);
+    CUZK_THREADS(tid) {
+        if (tid > bits) continue;
+        Sum acc = bit_sums[tid * pieces];
+        for (u32 q = 1; q < pieces; q++) acc = acc.add(bit_sums[tid * pieces + q]);
+        per_bit[tid] = acc;
+    }
+    CUZK_THREADS(tid) {
+        if (tid != 0) continue;
+        Sum acc = Sum::infinity();
+        for (i32 b = (i32)bits - 1; b >= 0; b--) acc = acc.dbl().add(per_bit[b]);
+        for (u32 g = 0; g < log_g; g++) acc = acc.dbl();
+        out[0] = acc.add(per_bit[bits]);
     }
 }
