@@ -246,8 +246,10 @@ def test_eviction_from_vram_reloads_from_disk_and_the_proof_verifies(big_circuit
         assert _prove(engine, big_circuit).state is JobState.DONE
         tier = engine.keys.add_device(backend)
         assert tier.uploads == 1 and tier.resident_names() == ["c"]
-        # Pressure: another user wants all the VRAM; the idle key is evicted for it, then the room is given back.
-        filler = backend.vram.reserve(backend.vram.available_bytes + tier.idle_bytes(), "another tenant")
+        # Pressure: another user wants all the VRAM; the idle key (and its bases' MSM window tables, a cache) is
+        # evicted for it, then the room is given back.
+        filler = backend.vram.reserve(backend.vram.available_bytes + tier.idle_bytes() + backend.msm.idle_bytes(),
+                                      "another tenant")
         assert tier.resident_names() == [] and tier.evictions == 1
         filler.release()
         again = _prove(engine, big_circuit)  # verified by the engine before it is DONE
