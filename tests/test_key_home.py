@@ -360,7 +360,8 @@ def test_on_a_gpu_a_job_refused_on_the_host_path_proves_from_vram_across_an_evic
     with _engine(tmp_path / "device", big_circuit, [backend], budget) as engine:
         assert _prove(engine, big_circuit).state is JobState.DONE
         tier = engine.keys.add_device(backend)
-        filler = backend.vram.reserve(backend.vram.available_bytes + tier.idle_bytes(), "another tenant")
+        filler = backend.vram.reserve(backend.vram.available_bytes + tier.idle_bytes() + backend.msm.idle_bytes(),
+                                      "another tenant")  # the idle key and its bases' window tables give way
         assert tier.resident_names() == [] and tier.evictions == 1
         filler.release()
         again = _prove(engine, big_circuit)
