@@ -297,6 +297,18 @@ def _add_progress_option(p: argparse.ArgumentParser) -> None:
                    help="no live progress line (it is shown only on a terminal anyway)")
 
 
+def _add_proving_options(p: argparse.ArgumentParser) -> None:
+    """What `prove` and `fullprove` share: how to prove here, and the daemon to prove on instead."""
+    from .server.commands import add_daemon_prove_options
+
+    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
+    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
+    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    _add_progress_option(p)
+    add_daemon_prove_options(p)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
     parser.add_argument("--version", action=_PrintVersion)
@@ -307,18 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("wtns")
     p.add_argument("proof")
     p.add_argument("public")
-    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
-    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
+    _add_proving_options(p)
     p.add_argument("--local", action="store_true",
                    help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
                         "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
                         "--no-verify is given)")
-    _add_progress_option(p)
-    from .server.commands import add_daemon_commands, add_daemon_prove_options
-
-    add_daemon_prove_options(p)
     p.set_defaults(func=_cmd_prove)
 
     p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
@@ -328,12 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("zkey")
     p.add_argument("proof")
     p.add_argument("public")
-    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
-    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
-    _add_progress_option(p)
-    add_daemon_prove_options(p)
+    _add_proving_options(p)
     p.set_defaults(func=_cmd_fullprove)
 
     p = sub.add_parser("wtns", help="witness utilities")
@@ -357,16 +357,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("zkey", help="zkey utilities")
     zsub = p.add_subparsers(dest="zkey_command", required=True)
-    e = zsub.add_parser("export-vkey", help="cuzk zkey export-vkey <zkey> <vkey.json>")
-    e.add_argument("zkey")
-    e.add_argument("vkey")
-    e.set_defaults(func=_cmd_export_vkey)
     e = zsub.add_parser("export", help="snarkjs's spelling: cuzk zkey export verificationkey <zkey> <vkey.json>")
     esub = e.add_subparsers(dest="export_command", required=True)
-    e = esub.add_parser("verificationkey", help="the same as cuzk zkey export-vkey <zkey> <vkey.json>")
-    e.add_argument("zkey")
-    e.add_argument("vkey")
-    e.set_defaults(func=_cmd_export_vkey)
+    for e in (zsub.add_parser("export-vkey", help="cuzk zkey export-vkey <zkey> <vkey.json>"),
+              esub.add_parser("verificationkey", help="the same as cuzk zkey export-vkey <zkey> <vkey.json>")):
+        e.add_argument("zkey")
+        e.add_argument("vkey")
+        e.set_defaults(func=_cmd_export_vkey)
 
     p = sub.add_parser("setup", help="Groth16 setup: cuzk setup <circuit.r1cs> [<pot.ptau>] <out.zkey> (snarkjs's order)")
     p.add_argument("r1cs")
@@ -394,6 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=_cmd_circuit_synth)
 
     from .memory.commands import add_memory_commands
+    from .server.commands import add_daemon_commands
 
     add_memory_commands(sub)
     add_daemon_commands(sub)

@@ -385,11 +385,9 @@ class ClusterEngine:
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job at the front door or on its host; False when it had already finished."""
-        job = self.tracker.get(job_id)
+        job = self.tracker.to_cancel(job_id)
         if job is None:
-            self.get(job_id)  # UnknownJobError for an id never seen
             return False
-        job.cancel_requested.set()
         if self._pending.remove(job_id) is not None:
             self._forget(job)
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled while waiting at the front door")
@@ -401,13 +399,8 @@ class ClusterEngine:
         return True
 
     def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
-        self.tracker.check_open()
-        wanted = None if states is None else {JobState(s) for s in states}
-        live = self.tracker.live
-        if wanted is None or not wanted & set(UNFINISHED_STATES):
-            return [live(r) for r in self.journal.list(states=wanted, circuit=circuit, limit=limit)]
-        records = self.journal.list(states=wanted | set(UNFINISHED_STATES), circuit=circuit, limit=-1)
-        return [r for r in map(live, records) if r.state in wanted][:limit]
+        """Most recent first; finished jobs stay listed until pruned."""
+        return self.tracker.list_records(states, circuit, limit)
 
     def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
         self.tracker.add_listener(listener)

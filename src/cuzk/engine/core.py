@@ -112,7 +112,7 @@ from .admission import Admission, JobTooLarge
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
 from .intake import FileIdentity, journal_witness
-from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
+from .jobs import JobError, JobRecord, JobState, Priority
 from .journal import DataDirLock, Journal
 from .scheduler import SchedulerClosed
 from .tracker import EngineStopped, JobTracker, LiveJob
@@ -408,11 +408,9 @@ class Engine:
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job wherever it is; False when it had already finished."""
-        job = self.tracker.get(job_id)
+        job = self.tracker.to_cancel(job_id)
         if job is None:
-            self.get(job_id)  # UnknownJobError for an id never seen
             return False
-        job.cancel_requested.set()
         if self._stages.queued.remove(job_id) is not None:
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled while queued")
         elif self._stages.ready.remove(job_id) is not None:
@@ -424,14 +422,7 @@ class Engine:
 
     def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
         """Most recent first; finished jobs stay listed until pruned."""
-        self.tracker.check_open()
-        wanted = None if states is None else {JobState(s) for s in states}
-        live = self.tracker.live
-        if wanted is None or not wanted & set(UNFINISHED_STATES):
-            return [live(r) for r in self.journal.list(states=wanted, circuit=circuit, limit=limit)]
-        # A live job's state may differ from its journaled one: ask for every unfinished state, filter after.
-        records = self.journal.list(states=wanted | set(UNFINISHED_STATES), circuit=circuit, limit=-1)
-        return [r for r in map(live, records) if r.state in wanted][:limit]
+        return self.tracker.list_records(states, circuit, limit)
 
     def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
         self.tracker.add_listener(listener)

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..formats.errors import FormatError
 from ..keys.errors import KeyLoadCancelled, KeyManagerError
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis
-from .jobs import JobError, JobRecord, JobState, UnknownJobError
+from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, UnknownJobError
 from .journal import Journal
 
 if TYPE_CHECKING:
@@ -192,6 +192,27 @@ class JobTracker:
                 log.exception("job listener %r failed", listener)
 
     # ---- reading -----------------------------------------------------------------------------
+    def list_records(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None,
+                     limit: int = 100) -> list[JobRecord]:
+        """Most recent first, live state overlaid; finished jobs stay listed until pruned."""
+        self.check_open()
+        wanted = None if states is None else {JobState(s) for s in states}
+        if wanted is None or not wanted & set(UNFINISHED_STATES):
+            return [self.live(r) for r in self.journal.list(states=wanted, circuit=circuit, limit=limit)]
+        # A live job's state may differ from its journaled one: ask for every unfinished state, filter after.
+        records = self.journal.list(states=wanted | set(UNFINISHED_STATES), circuit=circuit, limit=-1)
+        return [r for r in map(self.live, records) if r.state in wanted][:limit]
+
+    def to_cancel(self, job_id: str) -> LiveJob | None:
+        """The live job ``job_id``, marked as asked to cancel (its holder stops at its next checkpoint); None when it
+        had already finished, ``UnknownJobError`` for an id never seen."""
+        job = self.get(job_id)
+        if job is None:
+            self.record(job_id)
+            return None
+        job.cancel_requested.set()
+        return job
+
     def record(self, job_id: str) -> JobRecord:
         """The journal's record with the live state overlaid."""
         self.check_open()
