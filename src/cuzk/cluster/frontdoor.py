@@ -51,6 +51,8 @@ from .keys import ClusterKeys
 from .routing import NoHost, Route, Wait, route
 from .status import merged_status
 
+WARM_UP_TIMEOUT_S = 900.0  # a host compiling numba's kernels cold takes minutes
+
 log = logging.getLogger("cuzk.cluster")
 
 
@@ -195,6 +197,14 @@ class ClusterEngine:
         if created:
             self._enqueue(LiveJob(record))
         return record.job_id
+
+    def warm_up(self) -> float:
+        """Every host's JIT warm-up at once; the longest, in seconds (a host that failed it proves, compiling as it goes)."""
+        answers = self.hosts.ask_all(lambda actor: actor.warm_up.remote(), timeout=WARM_UP_TIMEOUT_S)
+        for host, answer in answers:
+            if isinstance(answer, Exception):
+                log.warning("host %s: JIT warm-up failed: %s", host.name, first_line(answer))
+        return max((answer for _, answer in answers if isinstance(answer, float)), default=0.0)
 
     def check_fits(self, circuit: str) -> None:
         """Whether a request for ``circuit`` can be taken: stopping, or a key nobody registered. Whether a host can ever

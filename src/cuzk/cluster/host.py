@@ -44,6 +44,9 @@ class HostEngine:
     def ready(self) -> str:
         return self.name
 
+    def warm_up(self) -> float:
+        return self.engine.warm_up()
+
     # ---- keys ---------------------------------------------------------------------------------
     def register_key(self, name: str, zkey_path: str, r1cs_path: str | None = None) -> str | None:
         """Register a key the front door knows; None, or why this host cannot (the file is not here...)."""

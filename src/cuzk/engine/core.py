@@ -327,6 +327,12 @@ class Engine:
         """Drop an idle key from memory; returns the bytes freed (KeyInUseError while a job uses it)."""
         return self.keys.evict(name)
 
+    def warm_up(self) -> float:
+        """Compile or load the kernels of the registered keys' curves (BN254's when none) on the backends; seconds."""
+        from .warmup import warm_up
+
+        return warm_up(self.backends, {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"})
+
     def working_set(self, circuit: str) -> WorkingSet:
         """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""
         return self.admission.working_set(circuit)
@@ -336,12 +342,8 @@ class Engine:
         return self.admission.record_peak(circuit, nbytes)
 
     def room(self, circuit: str) -> tuple[int, str | None]:
-        """How many more jobs of ``circuit`` could start now beside the ones this engine holds, or why none ever can.
-
-        What a router in front of several engines asks (``cuzk.cluster``), so it never sends a job to a full engine:
-        the free pipeline slots (synthesis plus proving), bounded by what admission's budget holds now. The reason is
-        admission's own fit check (``JobTooLarge``'s message).
-        """
+        """Jobs of ``circuit`` that could start now beside those held — free pipeline slots, bounded by what admission's
+        budget holds — or admission's reason why none ever can: what a router in front of engines asks (``cuzk.cluster``)."""
         try:
             self.admission.check_fits(circuit)  # UnknownKeyError for a circuit nobody registered
         except JobTooLarge as exc:
@@ -420,11 +422,6 @@ class Engine:
 
     def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
         self.tracker.add_listener(listener)
-
-    @property
-    def jobs_finished(self) -> int:
-        """Jobs this engine finished (any terminal state) since it started."""
-        return self.tracker.finished
 
     # ---- housekeeping and status ------------------------------------------------------------
     def _housekeeping_loop(self) -> None:

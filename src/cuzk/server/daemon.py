@@ -107,12 +107,9 @@ class Daemon:
             self.health.set(service, serving)
 
     def _warm_up(self) -> None:
-        """Compile or load the kernels of every registered key's curve (BN254 when none is) on the engine's backends."""
-        from ..engine.warmup import warm_up
-
-        curves = {key["curve"] for key in self.engine.status()["keys"]} or {"bn254"}
+        """The engine's JIT warm-up (the cluster's front door: its hosts'), then "serving"."""
         try:
-            self.warmup["seconds"] = round(warm_up(self.engine.backends, curves), 3)
+            self.warmup["seconds"] = round(self.engine.warm_up(), 3)
         except Exception as exc:  # proofs still work, compiling as they go: say so, and serve
             log.exception("JIT warm-up failed; the first proofs compile what they need")
             self.warmup["error"] = f"{type(exc).__name__}: {exc}"
