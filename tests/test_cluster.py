@@ -30,7 +30,7 @@ ray_cluster_utils = pytest.importorskip("ray.cluster_utils", reason="the cluster
 from rich.console import Console  # noqa: E402
 
 from cuzk.cli import main as cli_main  # noqa: E402
-from cuzk.client import Client, JobFailed  # noqa: E402
+from cuzk.client import Client, DaemonError, JobFailed  # noqa: E402
 from cuzk.engine.supervisor import read_json  # noqa: E402
 from cuzk.server.commands import render_status  # noqa: E402
 
@@ -63,7 +63,7 @@ def ray_cluster():
 class FrontDoor:
     """`cuzk cluster serve` in a child process, on a data directory that outlives it (a restart replays it)."""
 
-    def __init__(self, ray_address: str, keys: dict[str, Path]):
+    def __init__(self, ray_address: str, keys: dict[str, Path], wasm: dict[str, Path]):
         self.ray_address = ray_address
         self.data_dir = Path(tempfile.mkdtemp(prefix="czc", dir="/tmp"))  # short: the unix socket lives here
         self.socket = self.data_dir / "cuzk.sock"
@@ -71,6 +71,8 @@ class FrontDoor:
         lines += [f'{name} = "{path}"' for name, path in keys.items()]
         lines.append("[engine]")
         lines += [f"{k} = {json.dumps(v)}" for k, v in HOST_ENGINE.items()]
+        lines.append("[engine.wasm]")  # keys whose input JSON the front door turns into witnesses
+        lines += [f'{name} = "{path}"' for name, path in wasm.items()]
         self.config = self.data_dir / "cuzk.toml"
         self.config.write_text("\n".join(lines) + "\n")
         self.log = self.data_dir / "frontdoor.log"
@@ -109,7 +111,9 @@ class FrontDoor:
 
 @pytest.fixture(scope="module")
 def front_door(ray_cluster, circuits):
-    door = FrontDoor(ray_cluster.address, {c.name: c.zkey for c in circuits.values()})
+    small = circuits["bn254"]
+    wasm = {small.name: small.zkey.parent / "circuit.wasm"} if (small.zkey.parent / "circuit.wasm").exists() else {}
+    door = FrontDoor(ray_cluster.address, {c.name: c.zkey for c in circuits.values()}, wasm)
     try:
         yield door
     finally:
@@ -152,6 +156,18 @@ def test_mixed_curves_across_the_hosts_every_proof_accepted_by_snarkjs(front_doo
     for h in status["hosts"]:
         assert f'cuzk_host_up{{host="{h["host"]}"}} 1.0' in metrics
         assert h["host"] in shown
+
+
+def test_input_json_at_the_front_door_becomes_a_witness_proved_on_a_host(front_door, circuits, tmp_path):
+    small = circuits["bn254"]
+    inputs = small.zkey.parent / "input.json"
+    if not (small.zkey.parent / "circuit.wasm").exists() or not inputs.exists():
+        pytest.skip("no corpus circuit with its .wasm and input.json here")
+    with front_door.client() as client:
+        check_with_snarkjs(client.prove(small.name, input=json.loads(inputs.read_text()), timeout=600), small, tmp_path)
+        with pytest.raises(DaemonError, match="not_a_signal"):  # bad input: the request's error, the door serves on
+            client.submit(small.name, input={"not_a_signal": "1"})
+        assert client.status()["jobs"]["by_state"]["done"] >= 1
 
 
 def test_a_job_no_host_can_ever_hold_fails_naming_each_hosts_reason(front_door, circuits):

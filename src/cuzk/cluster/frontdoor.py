@@ -41,10 +41,14 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from ..engine import EngineConfig, EngineStopped
 from ..engine.intake import FileIdentity, journal_witness
-from ..engine.jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
+from ..engine.jobs import UNFINISHED_STATES, JobRecord, JobState, Priority
 from ..engine.journal import DataDirLock, Journal
 from ..engine.scheduler import Scheduler, SchedulerClosed
 from ..engine.tracker import REQUEST_ERRORS, JobTracker, LiveJob
+from ..engine.witnesses import WitnessCalculators
+from ..memory.budget import MemoryBudget
+from ..memory.limits import read_limits
+from ..memory.plan import plan_budget
 from ..prover.sizing import WorkingSet
 from .hosts import CALL_TIMEOUT_S, Host, HostTable, first_line
 from .keys import ClusterKeys
@@ -58,9 +62,10 @@ log = logging.getLogger("cuzk.cluster")
 
 class ClusterEngine:
     def __init__(self, data_dir: str | os.PathLike, engine_settings: dict[str, Any] | None = None, *,
-                 keys: dict[str, str] | None = None, r1cs: dict[str, str] | None = None, refresh_s: float = 1.0):
+                 keys: dict[str, str] | None = None, refresh_s: float = 1.0):
         """``engine_settings``: the ``[engine]`` table every host engine is built from (its data directory is
-        ``<data_dir>/hosts/<node id>`` on its node); ``keys``/``r1cs``: name → path, the same path on every node."""
+        ``<data_dir>/hosts/<node id>`` on its node; its ``r1cs`` and ``wasm`` tables name the keys' files);
+        ``keys``: name → path, the same path on every node."""
         self.engine_settings = dict(engine_settings or {})
         self.config = EngineConfig.from_mapping(data_dir, self.engine_settings)  # checked here, once, for every host
         self.data_dir = self.config.data_dir
@@ -83,12 +88,15 @@ class ClusterEngine:
         self._pending: Scheduler[LiveJob] = Scheduler()
         self._dispatcher: threading.Thread | None = None
         self._started = self._stopping = False
+        # Witnesses from input JSON are calculated here, for keys registered with their .wasm, each reserving its
+        # calculation in a budget of this host's own (the hosts get witnesses, as from any client).
+        self.witnesses = WitnessCalculators(MemoryBudget(plan_budget(read_limits()).total_bytes), self.config.witness_workers)
         saved = self.journal.saved_keys()
-        for name, path in (keys or {}).items():
-            saved[name] = (path, (r1cs or {}).get(name), None)
-        for name, (path, r1cs_path, _wasm) in saved.items():  # the front door calculates no witnesses: no .wasm
+        for name, path in {**self.config.keys, **(keys or {})}.items():
+            saved[name] = (path, self.config.r1cs.get(name), self.config.wasm.get(name))
+        for name, (path, r1cs_path, wasm_path) in saved.items():
             try:
-                self.register_key(name, path, r1cs_path)
+                self.register_key(name, path, r1cs_path, wasm_path)
             except (ValueError, OSError) as exc:  # a key that went away must not stop the front door
                 log.error("key %r not registered: %s", name, exc)
 
@@ -118,6 +126,7 @@ class ClusterEngine:
             self.tracker.interrupt(job)
         if stop_hosts:
             self.hosts.stop_all(timeout)
+        self.witnesses.close()
         self.tracker.close()
         self.journal.close()
         self._dir_lock.release()
@@ -153,12 +162,16 @@ class ClusterEngine:
             host.actor.cancel.remote(request_id)
 
     # ---- keys --------------------------------------------------------------------------------
-    def register_key(self, name: str, zkey_path: str | os.PathLike, r1cs_path: str | os.PathLike | None = None) -> None:
-        """Register on every host (a host that cannot says why, and is never sent the key's jobs); kept across restarts."""
+    def register_key(self, name: str, zkey_path: str | os.PathLike, r1cs_path: str | os.PathLike | None = None,
+                     wasm_path: str | os.PathLike | None = None) -> None:
+        """Register on every host (a host that cannot says why, and is never sent the key's jobs); kept across restarts.
+        With ``wasm_path`` the front door takes the circuit's input JSON and calculates the witness itself."""
         path = Path(zkey_path).resolve()
+        calculator = None if wasm_path is None else self.witnesses.prepare(name, path, wasm_path)
         self.keys.add(name, str(path))  # a key the front door cannot read is refused here (FormatError, OSError)
+        self.witnesses.set(name, calculator)
         r1cs = str(Path(r1cs_path).resolve()) if r1cs_path is not None else None
-        self.journal.save_key(name, str(path), r1cs)
+        self.journal.save_key(name, str(path), r1cs, None if calculator is None else str(calculator.path))
         for host, reason in self.hosts.ask_all(lambda actor: actor.register_key.remote(name, str(path), r1cs)):
             if reason:
                 log.warning("host %s: %s", host.name, reason)
@@ -215,10 +228,9 @@ class ClusterEngine:
 
     def submit_input(self, circuit: str, input_json, priority: Priority | int | str = Priority.NORMAL,
                      request_id: str | None = None) -> str:
-        """Not served here: the hosts' engines hold no circuit .wasm, so the witness is the client's to calculate."""
+        """:meth:`submit` the witness calculated here from ``circuit``'s input (keys registered with their .wasm)."""
         self.check_fits(circuit)
-        raise JobError(f"key {circuit!r}: a cluster front door takes witnesses, not input JSON: calculate the witness "
-                       "with `cuzk wtns calculate` (or send the input to a daemon that has the key's .wasm)")
+        return self.submit(circuit, self.witnesses.wtns(circuit, input_json), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         if self.tracker.get(job.id) is None:
