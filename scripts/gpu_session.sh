@@ -49,7 +49,6 @@ for s in "$@"; do
       case $tag in mem*) extra=(--memory-limit ${tag#mem}MiB) ;; k1) extra=(--engine proofs_per_device=1) ;; esac
       step $s ${T_BENCH:-150} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
         --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} --out /tmp/res/$s --no-progress --no-plot ;;
-    tkeyhome) step tkeyhome ${T_KEYHOME:-240} python3 -m pytest -q -m gpu tests/test_key_home.py -p no:cacheprovider --durations=5 ;;
     *) echo "unknown step $s" ;;
   esac
 done

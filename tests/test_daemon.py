@@ -178,6 +178,16 @@ class DaemonProcess:
     def cleanup(self) -> None:
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    def serving(self):
+        """A module fixture's body: yield this daemon, then check it stops cleanly on SIGTERM, and remove its files."""
+        try:
+            yield self
+            assert self.stop() == 0, self.log_text()
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.cleanup()
+
 
 # One node process verifies a whole batch: node's start-up, not the pairing, is most of a verify.
 VERIFY_MANY_JS = """
@@ -233,14 +243,7 @@ def circuits(tmp_path_factory) -> dict[str, Circuit]:
 
 @pytest.fixture(scope="module")
 def daemon(circuits):
-    d = DaemonProcess({c.name: c.zkey for c in circuits.values()}, tcp=True)
-    try:
-        yield d
-        assert d.stop() == 0, d.log_text()
-    finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-        d.cleanup()
+    yield from DaemonProcess({c.name: c.zkey for c in circuits.values()}, tcp=True).serving()
 
 
 @pytest.fixture

@@ -38,14 +38,7 @@ def checks_key(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def daemon(checks_key):
     zkey, _ = checks_key
-    d = DaemonProcess({"checks": zkey, "nowasm": zkey}, tcp=True, engine={"wasm": {"checks": str(CHECKS_WASM)}})
-    try:
-        yield d
-        assert d.stop() == 0, d.log_text()
-    finally:
-        if d.proc.poll() is None:
-            d.proc.kill()
-        d.cleanup()
+    yield from DaemonProcess({"checks": zkey, "nowasm": zkey}, tcp=True, engine={"wasm": {"checks": str(CHECKS_WASM)}}).serving()
 
 
 def check_proof(proof: dict, public: list[str], vkey: Path, tmp_path: Path) -> None:

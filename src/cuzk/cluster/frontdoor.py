@@ -31,7 +31,6 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +40,10 @@ from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from ..engine import EngineConfig, EngineStopped
 from ..engine.intake import FileIdentity, journal_witness
-from ..engine.jobs import UNFINISHED_STATES, JobRecord, JobState, Priority
+from ..engine.jobs import UNFINISHED_STATES, JobState, Priority
 from ..engine.journal import DataDirLock, Journal
 from ..engine.scheduler import Scheduler, SchedulerClosed
-from ..engine.tracker import REQUEST_ERRORS, JobTracker, LiveJob
+from ..engine.tracker import REQUEST_ERRORS, JobTracker, LiveJob, TrackedJobs
 from ..engine.witnesses import WitnessCalculators
 from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits
@@ -60,7 +59,7 @@ WARM_UP_TIMEOUT_S = 900.0  # a host compiling numba's kernels cold takes minutes
 log = logging.getLogger("cuzk.cluster")
 
 
-class ClusterEngine:
+class ClusterEngine(TrackedJobs):
     def __init__(self, data_dir: str | os.PathLike, engine_settings: dict[str, Any] | None = None, *,
                  keys: dict[str, str] | None = None, refresh_s: float = 1.0):
         """``engine_settings``: the ``[engine]`` table every host engine is built from (its data directory is
@@ -399,12 +398,6 @@ class ClusterEngine:
         self.tracker.requeue(job)
         self._enqueue(job)
 
-    def get(self, job_id: str) -> JobRecord:
-        return self.tracker.record(job_id)
-
-    def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
-        return self.tracker.await_result(job_id, timeout)
-
     def cancel(self, job_id: str) -> bool:
         """Cancel a job at the front door or on its host; False when it had already finished."""
         job = self.tracker.to_cancel(job_id)
@@ -419,13 +412,6 @@ class ClusterEngine:
         if host is not None:
             host.actor.cancel.remote(job_id)  # the host's answer finishes the job here
         return True
-
-    def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
-        """Most recent first; finished jobs stay listed until pruned."""
-        return self.tracker.list_records(states, circuit, limit)
-
-    def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
-        self.tracker.add_listener(listener)
 
     # ---- status ------------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

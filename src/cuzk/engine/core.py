@@ -88,7 +88,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,17 +107,17 @@ from .admission import Admission, JobTooLarge
 from .config import EngineConfig
 from .devices import make_backends, proofs_per_backend
 from .intake import FileIdentity, journal_witness
-from .jobs import JobError, JobRecord, JobState, Priority
+from .jobs import JobError, JobState, Priority
 from .journal import DataDirLock, Journal
 from .scheduler import SchedulerClosed
-from .tracker import EngineStopped, JobTracker, LiveJob
+from .tracker import EngineStopped, JobTracker, LiveJob, TrackedJobs
 from .witnesses import WitnessCalculators
 from .workers import DeviceErrorPolicy, DeviceWorker, Finisher, Stages, SynthesisWorker, WorkerState, spawn
 
 log = logging.getLogger("cuzk.engine")
 
 
-class Engine:
+class Engine(TrackedJobs):
     def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None):
         """``budget``/``reconciler``: share the daemon's; by default the engine plans its own from the real limit.
         ``backends``: K device workers per entry (``proofs_per_device``); by default one per device of ``config.backend``."""
@@ -396,12 +396,6 @@ class Engine:
         except SchedulerClosed:  # stop() raced the submit: the job is journaled and runs after a restart
             self.tracker.discard(job)
 
-    def get(self, job_id: str) -> JobRecord:
-        return self.tracker.record(job_id)
-
-    def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
-        return self.tracker.await_result(job_id, timeout)
-
     def cancel(self, job_id: str) -> bool:
         """Cancel a job wherever it is; False when it had already finished."""
         job = self.tracker.to_cancel(job_id)
@@ -415,13 +409,6 @@ class Engine:
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled after synthesis, before proving")
         # Otherwise a worker holds it and stops at its next checkpoint.
         return True
-
-    def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None, limit: int = 100) -> list[JobRecord]:
-        """Most recent first; finished jobs stay listed until pruned."""
-        return self.tracker.list_records(states, circuit, limit)
-
-    def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
-        self.tracker.add_listener(listener)
 
     # ---- housekeeping and status ------------------------------------------------------------
     def _housekeeping_loop(self) -> None:

@@ -240,3 +240,25 @@ class JobTracker:
         if job.final is None or not job.final.finished:
             raise EngineStopped(f"the engine stopped before job {job_id} finished; it is replayed on restart")
         return job.final
+
+
+class TrackedJobs:
+    """The reading half of an engine's job API, answered by its ``tracker``: the engine and the cluster's front door
+    serve the daemon's API alike."""
+
+    tracker: JobTracker
+
+    def get(self, job_id: str) -> JobRecord:
+        return self.tracker.record(job_id)
+
+    def await_result(self, job_id: str, timeout: float | None = None) -> JobRecord:
+        return self.tracker.await_result(job_id, timeout)
+
+    def list_jobs(self, states: Iterable[JobState | str] | None = None, circuit: str | None = None,
+                  limit: int = 100) -> list[JobRecord]:
+        """Most recent first; finished jobs stay listed until pruned."""
+        return self.tracker.list_records(states, circuit, limit)
+
+    def add_listener(self, listener: Callable[[str, JobState], None]) -> None:
+        self.tracker.add_listener(listener)
+

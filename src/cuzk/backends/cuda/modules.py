@@ -48,21 +48,8 @@ def _inline(name: str, seen: set[str]) -> str:
     return _INCLUDE.sub(lambda m: _inline(m.group(1), seen), text)
 
 
-_sources: dict[tuple[str, str], str] = {}
-
-
 def module_source(curve: Curve, kind: str) -> str:
-    """Full source of module ``kind`` ("ntt", "synth", "msm_g1", "msm_g2") for ``curve``, built once per process
-    (kernels are launched by the thousand per second: re-reading and re-inlining the files each time cost more
-    host time than the launches themselves)."""
-    key = (curve.name, kind)
-    source = _sources.get(key)
-    if source is None:
-        source = _sources[key] = _build_module_source(curve, kind)
-    return source
-
-
-def _build_module_source(curve: Curve, kind: str) -> str:
+    """Full source of module ``kind`` ("ntt", "synth", "msm_g1", "msm_g2") for ``curve``."""
     if kind in ("ntt", "synth"):
         file, prelude = f"{kind}.cu", ntt_prelude(curve)
     elif kind in ("msm_g1", "msm_g2"):
@@ -113,7 +100,8 @@ def prebuild(source: str, directory: Path, arch: str = "sm_90", nvcc: str = "nvc
 
 
 class _Modules:
-    """A runtime's modules by (curve, kind), so a launch's lookup is a dict hit, not a hash of the whole source."""
+    """A runtime's modules by (curve, kind): kernels launch by the thousand per second, and building a module's source
+    (reading and inlining the .cu files, hashing the result) at each launch cost more host time than the launches."""
 
     def module(self, curve: Curve, kind: str):
         key = (curve.name, kind)
