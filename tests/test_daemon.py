@@ -31,9 +31,13 @@ from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
-from cuzk.proto import WITNESS_PATH_REFUSED
+from cuzk.engine.jobs import JobError
+from cuzk.proto import WITNESS_PATH_REFUSED, priority_from_pb
 from cuzk.proto import cuzk_pb2 as pb
 from cuzk.proto import cuzk_pb2_grpc as pb_grpc
+from cuzk.server.http_prove import answer_for
+from cuzk.server.service import status_for
+from cuzk.witness.inputs import InputError
 
 TOKEN = "test-token-" + "x" * 16
 MAX_REQUEST = 4 * MiB
@@ -665,3 +669,19 @@ def test_standard_health_and_reflection_services(daemon):
     with grpc.insecure_channel(daemon.tcp) as channel, pytest.raises(grpc.RpcError) as exc:
         pb_grpc.CuzkStub(channel).GetStatus(pb.GetStatusRequest(), timeout=30)  # everything else still needs the token
     assert exc.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("exc, code", [
+    (OSError(28, "No space left on device"), grpc.StatusCode.INTERNAL),  # the journal's disk: never the caller's fault
+    (ValueError("a bug deep in the prover"), grpc.StatusCode.INTERNAL),
+    (JobError("the request names no key"), grpc.StatusCode.INVALID_ARGUMENT),
+    (InputError("main.x: missing"), grpc.StatusCode.INVALID_ARGUMENT),
+])
+def test_only_the_requests_own_errors_are_answered_as_the_callers_fault(exc, code):
+    assert status_for(exc)[0] == code
+    assert answer_for(exc).status == {grpc.StatusCode.INTERNAL: 500, grpc.StatusCode.INVALID_ARGUMENT: 400}[code]
+
+
+def test_an_unknown_wire_enum_is_the_requests_error():
+    with pytest.raises(JobError, match="unknown priority 99"):
+        priority_from_pb(99)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..formats.errors import FormatError
 from ..keys.errors import KeyLoadCancelled, KeyManagerError
 from ..prover.groth16 import ProofCancelled, ProvingError, Synthesis
+from ..witness.inputs import InputError
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, UnknownJobError
 from .journal import Journal
 
@@ -31,7 +32,7 @@ log = logging.getLogger("cuzk.engine")
 
 # Failures that are the request's own (its witness, its key, its size): the job fails with their message.
 # Anything else that escapes a job is the engine's fault and is reported as an internal error.
-REQUEST_ERRORS = (FormatError, ProvingError, JobError, KeyManagerError)
+REQUEST_ERRORS = (FormatError, ProvingError, JobError, KeyManagerError, InputError)
 
 
 class EngineStopped(RuntimeError):

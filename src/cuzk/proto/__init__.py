@@ -7,7 +7,7 @@ neither list is typed a second time; tests/test_proto.py checks that every name 
 
 from __future__ import annotations
 
-from ..engine.jobs import JobState, Priority
+from ..engine.jobs import JobError, JobState, Priority
 from . import cuzk_pb2 as pb
 
 # Opens the daemon's refusal of a SubmitProofRequest.witness_path (a TCP listener, the setting off, a file it
@@ -24,7 +24,7 @@ def priority_from_pb(value: int) -> Priority:
     """A request that sets no priority (proto3's zero) asks for NORMAL."""
     if value == pb.PRIORITY_UNSPECIFIED:
         return Priority.NORMAL
-    return Priority[pb.Priority.Name(value).removeprefix("PRIORITY_")]
+    return Priority[_wire_name(pb.Priority, value, "priority").removeprefix("PRIORITY_")]
 
 
 def state_to_pb(state: JobState) -> int:
@@ -32,4 +32,12 @@ def state_to_pb(state: JobState) -> int:
 
 
 def state_from_pb(value: int) -> JobState:
-    return JobState[pb.JobState.Name(value).removeprefix("JOB_STATE_")]
+    return JobState[_wire_name(pb.JobState, value, "job state").removeprefix("JOB_STATE_")]
+
+
+def _wire_name(enum, value: int, what: str) -> str:
+    """The name of a wire enum value; proto3 lets a client send any integer, which is the request's error."""
+    try:
+        return enum.Name(value)
+    except ValueError:
+        raise JobError(f"unknown {what} {value} (known: {', '.join(map(str, enum.values()))})") from None

@@ -24,7 +24,8 @@ from typing import Any
 
 from ..engine import AwaitTimeout, Engine, EngineStopped
 from ..engine.admission import JobTooLarge
-from ..engine.jobs import JobRecord, JobState, UnknownJobError
+from ..engine.jobs import JobError, JobRecord, JobState, UnknownJobError
+from ..engine.tracker import REQUEST_ERRORS
 from ..formats.json_io import dumps_like_snarkjs
 from ..keys.errors import UnknownKeyError
 from ..witness import parse_input_json
@@ -88,7 +89,7 @@ class HttpProver:
                                                   request.get("request_id"))
             record = self.engine.await_result(job_id, timeout)
         except Exception as exc:  # noqa: BLE001 — each kind is answered with its status; the daemon keeps serving
-            return _answer_for(exc)
+            return answer_for(exc)
         return _answer_for_record(record)
 
 
@@ -96,14 +97,15 @@ def _json_request(body: bytes) -> dict[str, Any]:
     request = parse_input_json(body, source="request body")
     unknown = sorted(set(request) - {"input", "priority", "request_id"})
     if unknown:
-        raise ValueError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: input, priority, request_id)")
+        raise JobError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: input, priority, request_id)")
     if not isinstance(request.get("input"), dict):
-        raise ValueError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
+        raise JobError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
                          "application/octet-stream)")
     return request
 
 
-def _answer_for(exc: Exception) -> Answer:
+def answer_for(exc: Exception) -> Answer:
+    """The HTTP answer to an exception from the engine: the request's own errors are 4xx, anything else a 500."""
     if isinstance(exc, (UnknownKeyError, UnknownJobError)):
         return error(404, str(exc))
     if isinstance(exc, JobTooLarge):
@@ -112,7 +114,7 @@ def _answer_for(exc: Exception) -> Answer:
         return error(503, f"{exc} (the daemon is shutting down or restarting; retry)")
     if isinstance(exc, AwaitTimeout):
         return error(504, f"{exc}; it keeps running")
-    if isinstance(exc, (ValueError, OSError)):
+    if isinstance(exc, REQUEST_ERRORS):
         return error(400, str(exc))
     log.exception("HTTP prove failed")
     return error(500, f"internal error: {type(exc).__name__}: {exc}")

@@ -20,8 +20,9 @@ from typing import Any
 import grpc
 
 from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
-from ..engine.jobs import JobRecord, UnknownJobError
+from ..engine.jobs import JobError, JobRecord, UnknownJobError
 from ..engine.journal import RequestIdConflict
+from ..engine.tracker import REQUEST_ERRORS
 from ..keys.errors import KeyInUseError, UnknownKeyError
 from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
@@ -45,7 +46,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return grpc.StatusCode.UNAVAILABLE, f"{exc} (the engine is restarting; retry)"
     if isinstance(exc, TimeoutError):
         return grpc.StatusCode.DEADLINE_EXCEEDED, str(exc)
-    if isinstance(exc, (ValueError, OSError)):
+    if isinstance(exc, REQUEST_ERRORS):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
@@ -104,9 +105,13 @@ class CuzkService(pb_grpc.CuzkServicer):
                 if name not in self.engine.keys.names():
                     if not path.is_file():
                         raise FileNotFoundError(f"no proving key file {path} on the daemon's machine")
-                    self.engine.register_key(name, path)
+                    try:
+                        self.engine.register_key(name, path)
+                    except OSError as exc:  # the caller's path: unreadable there is the request's problem
+                        raise JobError(f"cannot read the proving key {path} on the daemon's machine: "
+                                       f"{exc.strerror or exc}") from None
             return name
-        raise ValueError("the request names no key: set key.name or key.path")
+        raise JobError("the request names no key: set key.name or key.path")
 
     def _key_entry(self, name: str) -> dict[str, Any]:
         for entry in self.engine.keys.status():
@@ -138,7 +143,7 @@ class CuzkService(pb_grpc.CuzkServicer):
         else:
             witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
             if not witness:
-                raise ValueError("the request carries no witness (.wtns bytes, witness_path or input_json)")
+                raise JobError("the request carries no witness (.wtns bytes, witness_path or input_json)")
         try:
             job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None,
                                         witness_identity=identity)
