@@ -320,22 +320,38 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     resident = backend.upload_bases(curve, group, host)
     limbs = ints_to_limbs(scalars, 8)
     assert G.eq(msm(backend, curve, group, resident, limbs), expected)
-    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48)
+    # The small MSM was captured as a graph (its buffers reserved with the table); other scalars replay it in one launch.
+    graph_bytes = sum(g.nbytes for g in resident.graphs)
+    assert len(resident.graphs) == 1 and 0 < graph_bytes <= backend.msm.working_bytes(curve, group, 48, resident=True)
+    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48) + graph_bytes
     assert backend.vram.reserved_bytes == resident.nbytes
+    launches = backend.runtime.launches
+    others = [rng.randrange(r) for _ in range(48)]
+    assert G.eq(msm(backend, curve, group, resident, ints_to_limbs(others, 8)), G.msm(points, others))
+    assert backend.runtime.launches == launches + 1 and len(resident.graphs) == 1
+    bad = ints_to_limbs(others, 8)
+    bad[7] = ints_to_limbs([r], 8)[0]
+    with pytest.raises(ScalarOutOfRangeError) as caught:
+        msm(backend, curve, group, resident, bad)
+    assert caught.value.index == 7 and len(resident.graphs) == 1
+    assert backend.msm.evict_idle(1) == graph_bytes and not resident.graphs and resident.table is not None  # graphs go first
+    backend.msm.graphs = False  # the chunked path: a graph would bring its own reserved buffers
     whole = backend.msm.working_bytes(curve, group, 48, resident=True)
-    blocker = backend.vram.reserve(backend.vram.available_bytes - whole // 2, "test: leave room for a chunk only")
+    room = (whole + backend.msm.working_bytes(curve, group, 8, resident=True)) // 2  # less than the whole, more than 8 points
+    blocker = backend.vram.reserve(backend.vram.available_bytes - room, "test: leave room for a chunk only")
     launched, launch = [], backend.runtime.launch
     backend.runtime.launch = lambda module, kernel, *args, **kw: launched.append(kernel) or launch(module, kernel, *args, **kw)
     assert G.eq(msm(backend, curve, group, resident, limbs), expected)  # the table it reads is not evicted for its chunks
     assert launched.count("msm_count") > 1 and "msm_scatter_table" in launched and resident.table is not None
     backend.runtime.launch = launch
     blocker.release()
+    backend.msm.graphs = True
     # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.
     other = backend.upload_bases(curve, group, host)  # a second tabled bases: eviction picks among several
     msm(backend, curve, group, other, limbs)
     other.free()
     evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
-    assert resident.table is None and resident.nbytes == host.nbytes
+    assert resident.table is None and resident.nbytes == host.nbytes and not resident.graphs
     evicting.release()
     assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
     backend.msm.window_tables = False

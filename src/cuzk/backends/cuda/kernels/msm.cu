@@ -3,12 +3,14 @@
 // Built once per (curve, group); the generated prelude defines FqParams, FrParams and,
 // for G2, CUZK_G2. Scalars are (n, 8) standard-form limb rows, bases affine Montgomery.
 //
-// 1. msm_count / msm_scatter: each scalar is cut into signed base-2^c digits
+// 1. msm_count / msm_scan_counts / msm_scatter: each scalar is cut into signed base-2^c digits
 //    (digit in (-2^(c-1), 2^(c-1)]); a non-zero digit d of window w is an entry
 //    (point index, sign of d) under the key w·2^(c-1) + |d| - 1. A counting sort places
 //    the entries grouped by key; the keys themselves are not stored, the bucket offsets
 //    (the scan of the counts) say where each key's entries are. Zero digits make no
-//    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing.
+//    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing. The entry
+//    count and the largest bucket stay on the device: later kernels read them, and the host
+//    sizes their grids from bounds, so an MSM is one sequence of launches without a wait.
 // 2. msm_accumulate_bases + msm_join_pieces: the sorted entries are cut into equal chunks,
 //    one per thread, so a bucket holding millions of entries (all the witness's 1s) is
 //    spread over many threads. A run of one key that is a whole bucket is written to `sums`;
@@ -143,6 +145,52 @@ CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows
     }
 }
 
+// offsets[k] = counts[0] + ... + counts[k - 1] for k <= keys (offsets[keys]: the entries), cursor[k] =
+// offsets[k] for k < keys, largest[0] = the largest count: what the scatter, accumulation and joins
+// need, left on the device so that the host never waits for it. One block of blockDim.x (a power of
+// two) threads, each a stretch of keys, 4·blockDim.x u32 of shared memory (two ping-pong pairs of
+// per-thread sums and maxima for a Hillis-Steele scan).
+CUZK_KERNEL void msm_scan_counts(const u32* counts, u32 keys, u32* offsets, u32* cursor, u32* largest) {
+    CUZK_DYNAMIC_SMEM(u32, smem);
+    const u32 per = (keys + blockDim.x - 1) / blockDim.x;
+    CUZK_THREADS(tid) {
+        u32 sum = 0, most = 0;
+        const u32 lo = tid * per, hi = lo + per < keys ? lo + per : keys;
+        for (u32 k = lo; k < hi; k++) {
+            const u32 v = counts[k];
+            sum += v;
+            most = v > most ? v : most;
+        }
+        smem[tid] = sum;
+        smem[2 * blockDim.x + tid] = most;
+    }
+    u32 src = 0;
+    for (u32 d = 1; d < blockDim.x; d <<= 1) {
+        CUZK_THREADS(tid) {
+            const u32* sums_in = smem + src * blockDim.x;
+            const u32* most_in = smem + (2 + src) * blockDim.x;
+            const u32 m = tid >= d ? most_in[tid - d] : 0;
+            smem[(1 - src) * blockDim.x + tid] = sums_in[tid] + (tid >= d ? sums_in[tid - d] : 0);
+            smem[(3 - src) * blockDim.x + tid] = most_in[tid] > m ? most_in[tid] : m;
+        }
+        src = 1 - src;
+    }
+    CUZK_THREADS(tid) {
+        const u32* inclusive = smem + src * blockDim.x;
+        u32 run = tid ? inclusive[tid - 1] : 0;
+        const u32 lo = tid * per, hi = lo + per < keys ? lo + per : keys;
+        for (u32 k = lo; k < hi; k++) {
+            offsets[k] = run;
+            cursor[k] = run;
+            run += counts[k];
+        }
+        if (tid == blockDim.x - 1) {
+            offsets[keys] = inclusive[tid];
+            largest[0] = smem[(2 + src) * blockDim.x + tid];
+        }
+    }
+}
+
 struct BaseEntries {
     const u32* entries;
     const Point* bases;
@@ -182,9 +230,11 @@ CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, 
     }
 }
 
-CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases, u64 count,
+// The entry count is offsets[keys_total] (the grid covers a bound of it, not the count itself).
+CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases,
                                       u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
     CUZK_THREADS(tid) {
+        const u64 count = offsets[keys_total];
         const u64 chunk = CUZK_GLOBAL_INDEX(tid);
         const u64 start = chunk * chunk_len;
         if (start >= count) continue;
@@ -220,15 +270,22 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
 // the slot-1 partial sum of chunk j0, the chunk of its first entry (piece 0), and the slot-0
 // partial sums of the chunks after it up to the chunk j1 of its last entry (piece j - j0 at
 // chunk j). Steps half = 1, 2, 4, ... form a pairwise tree: piece i (i a multiple of 2·half)
-// takes in piece i + half, which no thread writes in this step; the `last` step (half at least
-// the longest span, read off the largest bucket) writes piece 0, the bucket's sum, to sums[k].
+// takes in piece i + half, which no thread writes in this step; the last step (half at least
+// the longest span, read off the largest bucket on the device) writes piece 0, the bucket's sum, to
+// sums[k]. The host launches steps for a bound of that span; the steps past the last do nothing.
 // (A fan-in of 4 halves the steps but idles three lanes in four while the fourth adds three
 // times: at 2^24 it took 20.6 ms against this one's 13.3, GPU_NOTES v5.)
-CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, u32 half, u32 last, const u32* partial_keys,
-                                 Sum* partial_sums, Sum* sums) {
+CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* largest, u32 chunk_len, u32 step,
+                                 const u32* partial_keys, Sum* partial_sums, Sum* sums) {
     CUZK_THREADS(tid) {
         const u64 j = CUZK_GLOBAL_INDEX(tid);
-        if (j >= chunks) continue;
+        if (j * chunk_len >= offsets[keys_total]) continue;
+        const u64 span = ((u64)largest[0] + 2 * (u64)chunk_len - 2) / chunk_len;  // the most chunks one bucket touches
+        u32 steps = 1;
+        while ((1ull << steps) < span) steps++;
+        if (step >= steps) continue;
+        const u32 half = 1u << step;
+        const bool last = step + 1 == steps;
         for (u32 slot = 0; slot < 2; slot++) {
             const u32 k = partial_keys[2 * j + slot];
             if (k == NO_KEY) continue;
