@@ -229,6 +229,17 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
            "window_bits": window_bits(n, curve.r.bit_length()), "table_bits": resident.table_bits,
            "table_mib": round(backend.msm.table_bytes(curve, group, n) / 2**20, 1) if resident.table is not None else 0,
            "first_msm_s": round(first_s, 3), "gen_bases_s": round(gen_s, 3)}
+    launches = backend.runtime.launches
+    fn(curve, resident, scalars)
+    row["launches"] = backend.runtime.launches - launches  # kernel launches and graph replays of one MSM
+    # The same MSM over the table without its captured graph (small sizes): what the graph gives.
+    backend.msm.graphs = False
+    row["ms_no_graph"], got_direct = timer(lambda: fn(curve, resident, scalars), repeat)
+    row["ok_no_graph"] = G.eq(got_direct, expected)
+    launches = backend.runtime.launches
+    fn(curve, resident, scalars)
+    row["launches_no_graph"] = backend.runtime.launches - launches
+    backend.msm.graphs = True
     # The same MSM without the window table (each window its own buckets, Horner at the end): the before.
     backend.msm.window_tables = False
     row["ms_no_table"], got_plain = timer(lambda: fn(curve, resident, scalars), repeat)
@@ -305,6 +316,9 @@ def bench_proof(backend, d: Path, cpu, rows, proofs_out):
     resident = backend.upload_key(zkey)
     try:
         row["ms_key_resident"] = host_time(lambda: prove(backend, resident, wtns), 3)
+        launches = backend.runtime.launches
+        prove(backend, resident, wtns)
+        row["launches_key_resident"] = backend.runtime.launches - launches  # kernel launches and graph replays of one proof
     finally:
         backend.free_key(resident)
     if cpu is not None:

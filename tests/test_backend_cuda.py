@@ -28,6 +28,8 @@ from cuzk.backends.cuda.modules import host_compiler
 from cuzk.curves import BLS12_381, BN254
 from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
+from cuzk.formats.zkey import KEY_BASES
+from cuzk.prover.sizing import bases_bytes, coefficient_bytes, proof_vram_bytes, proofs_in_flight, tables_bytes
 
 CURVES = [pytest.param(BN254, id="bn254"), pytest.param(BLS12_381, id="bls12_381")]
 GROUPS = ["g1", "g2"]
@@ -350,10 +352,16 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     other = backend.upload_bases(curve, group, host)  # a second tabled bases: eviction picks among several
     msm(backend, curve, group, other, limbs)
     other.free()
-    evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
-    assert resident.table is None and resident.nbytes == host.nbytes and not resident.graphs
-    evicting.release()
-    assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
+    # After an eviction the table waits table_backoff MSMs (doubled at each further eviction) before it is built again:
+    # under steady pressure each rebuild would be evicted by the next proof.
+    backend.msm.table_backoff = 2
+    for evictions in (1, 2):
+        evicting = backend.vram.reserve(backend.vram.available_bytes + backend.msm.idle_bytes(), "test: needs the table's room")
+        assert resident.table is None and resident.nbytes == host.nbytes and not resident.graphs
+        evicting.release()
+        for _ in range(2 << (evictions - 1)):
+            assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is None
+        assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
     backend.msm.window_tables = False
     assert G.eq(msm(backend, curve, group, resident, ints_to_limbs([1] * 48, 8)), G.msm(points, [1] * 48))
     resident.free()
@@ -372,6 +380,16 @@ def test_upload_key_makes_every_msm_base_resident(kind):
     w = ints_to_limbs([3] * zkey.n_vars, 8)
     assert BN254.G1.eq(backend.msm_g1(BN254, resident.a, w), backend.msm_g1(BN254, zkey.a, w))
     assert resident.coeffs is zkey.coeffs and resident.n_vars == zkey.n_vars
+    # The key's window tables, as sizing counts them (one owner: the MSM's table_bytes), are what its MSMs reserve.
+    for name, group in KEY_BASES:
+        bases = getattr(resident, name)
+        msm(backend, BN254, group, bases, ints_to_limbs([3] * bases.n, 8))
+    tables = sum(getattr(resident, name).table_reservation.nbytes for name in names)
+    assert tables == tables_bytes(zkey, backend) > 0
+    plan = proofs_in_flight("auto", backend, [zkey])
+    assert plan.tables_bytes == tables  # they fit beside its proofs: part of the key's footprint
+    tight = make_backend(kind, vram_budget=VramBudget(bases_bytes(zkey) + coefficient_bytes(zkey) + proof_vram_bytes(zkey, backend)))
+    assert proofs_in_flight("auto", tight, [zkey]).tables_bytes == 0  # no room: a cache built when there is
     backend.free_key(resident)
     assert backend.vram.reserved_bytes == 0
     small = make_backend(kind, vram_budget=VramBudget(zkey.a.nbytes + 1))

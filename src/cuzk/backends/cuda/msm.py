@@ -68,6 +68,9 @@ MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
 MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by one thread each in msm_bits_horner
+# A table the budget evicted is built again only after this many MSMs over its bases without it, doubled at each
+# further eviction: under steady VRAM pressure a rebuild (seconds at 2^24) would be evicted again by the next proof.
+TABLE_REBUILD_BACKOFF = 16
 SCAN_THREADS = 1024  # the one block of msm_scan_counts
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
@@ -264,6 +267,7 @@ class CudaMsm:
         self.min_chunk = max(1, int(min_chunk))
         self.window_tables = True  # resident bases get a window table when the budget has room (False: never)
         self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
+        self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
         self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
@@ -418,12 +422,16 @@ class CudaMsm:
         it is tried again next time).
 
         It is reserved apart from the bases (``table_bytes``), never evicting anything for it, given back with them,
-        and evicted by the budget (``evict_idle``) when no MSM reads it and a reservation needs the room. Built on
+        and evicted by the budget (``evict_idle``) when no MSM reads it and a reservation needs the room; after an
+        eviction, ``TABLE_REBUILD_BACKOFF`` (doubling) MSMs run without it before it is built again. Built on
         the calling lane's stream and waited for, so other lanes may read it at once.
         """
         if not self.window_tables:
             return None
         with self._tables_lock:
+            if bases.table is None and bases.table_wait:
+                bases.table_wait -= 1
+                return None
             if bases.table is None and not self._build_table(bases):
                 return None
             bases.table_users += 1
@@ -476,6 +484,8 @@ class CudaMsm:
                     self._tabled.remove(bases)
                 elif freed < nbytes and not bases.table_users:
                     freed += bases.drop_table()
+                    bases.table_evictions += 1
+                    bases.table_wait = self.table_backoff << min(bases.table_evictions - 1, 16)
                     self._tabled.remove(bases)
         return freed
 

@@ -191,8 +191,8 @@ class DeviceBases:
     window table once an MSM has built one (msm.py: 2^(c·w)·P_i for every window w of
     ``table_bits`` = c, under a reservation of its own, ``table_reservation``, read by
     ``table_users`` MSMs now), None before, when the budget had no room for it, or after the
-    budget evicted it. ``free()`` gives all of it and its reservations back (the key manager
-    calls it on eviction).
+    budget evicted it (then ``table_wait`` MSMs run without it before it is built again).
+    ``free()`` gives all of it and its reservations back (the key manager calls it on eviction).
     """
 
     curve: Curve
@@ -204,6 +204,8 @@ class DeviceBases:
     table_reservation: VramReservation | None = None
     table_users: int = 0
     graphs: list = field(default_factory=list)  # idle captured MSMs over the table (msm.MsmGraph)
+    table_evictions: int = 0  # times the budget evicted the table for room
+    table_wait: int = 0  # MSMs over these bases still to run without a table before it is built again
 
     @property
     def n(self) -> int:
