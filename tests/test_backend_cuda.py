@@ -237,6 +237,28 @@ def test_msm_sparse_witness_of_zeros_and_ones(backend, curve):
     assert G.eq(got, G.mul(G.generator, expected))
 
 
+@pytest.mark.parametrize("curve", CURVES)
+def test_msm_scan_in_tiles_and_scatter_in_stretches(backend, curve, monkeypatch):
+    """The bucket scan in several tiles and the window-table scatter in stretches of the sorted entries (as from
+    2^20 points up, where their bounds exceed one block and L2) give the same MSMs, dense and sparse, resident
+    (a graph) or not, with zero entries too."""
+    from cuzk.backends.cuda import msm as msm_module
+
+    monkeypatch.setattr(msm_module, "SCAN_TILE", 16)
+    monkeypatch.setattr(msm_module, "SCATTER_STRETCH_LOG", 5)
+    G, n = curve.G1, 200
+    points = multiples(G, G.generator, 1, n)
+    host = bases_array(curve, "g1", points)
+    resident = backend.upload_bases(curve, "g1", host)
+    rng = random.Random(8)
+    for scalars in ([rng.randrange(curve.r) for _ in range(n)], [rng.choice((0, 1, 1, 2)) for _ in range(n)], [0] * n):
+        expected = G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r)
+        limbs = ints_to_limbs(scalars, 8)
+        assert G.eq(backend.msm_g1(curve, resident, limbs), expected) and G.eq(backend.msm_g1(curve, host, limbs), expected)
+    assert resident.table is not None and resident.graphs
+    resident.free()
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_msm_of_nothing_is_infinity(backend, group):
     curve = BN254

@@ -67,11 +67,14 @@ SERIAL_OP_COST = 2_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
-MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by one thread each in msm_bits_horner
+MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by a pairwise tree in msm_bits_combine
+MAX_SEGMENTS = 1 << 18  # segment sums of a window-table MSM's bucket reduction (two rows each: 64 MiB for BN254 G1)
 # A table the budget evicted is built again only after this many MSMs over its bases without it, doubled at each
 # further eviction: under steady VRAM pressure a rebuild (seconds at 2^24) would be evicted again by the next proof.
 TABLE_REBUILD_BACKOFF = 16
-SCAN_THREADS = 1024  # the one block of msm_scan_counts
+SCAN_THREADS = 1024  # a block of msm_scan_counts
+SCAN_TILE = 1 << 12  # bucket counts scanned by one block of msm_scan_counts (more tiles: a second level)
+SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launch
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
 GRAPH_MAX_POINTS = 1 << 18
@@ -96,18 +99,20 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
 @cache
 def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
-    msm_bucket_segments sums 2^log_g buckets, msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at
-    most) — the split with the shortest chain of dependent point operations (``depth``) through them and
-    msm_bits_horner."""
+    msm_bucket_segments sums 2^log_g buckets (at most ``MAX_SEGMENTS`` segments: their sums are two rows each),
+    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the shortest chain of
+    dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by pairwise
+    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)."""
     best = None
-    for log_g in range(log_buckets + 1):
+    for log_g in range(max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1), log_buckets + 1):
         segments = 1 << (log_buckets - log_g)
         block = min(threads, max(1, segments // 2))
+        bits = log_buckets - log_g
         for pieces in (1, 2, 4, 8, 16, MAX_BIT_PIECES):
             if pieces > 1 and pieces * block > segments // 2:
                 break
-            depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces
-                     + 2 * (log_buckets - log_g) + log_g + 1)
+            depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces.bit_length() - 1
+                     + max(0, log_buckets - 1) + bits.bit_length())
             if best is None or depth < best[2]:
                 best = (log_g, pieces, depth)
     return best
@@ -149,6 +154,10 @@ class SortShape:
     reduction: tuple[int, int, int]  # table: (log_g, pieces, block) of the bucket reduction
     level_rows: tuple[int, ...]  # rows of each reduction level's buffer
 
+    @property
+    def scan_tiles(self) -> int:
+        return -(-self.keys // SCAN_TILE)
+
     @classmethod
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool) -> SortShape:
@@ -180,8 +189,8 @@ class SortShape:
     def work_bytes(self) -> int:
         """Device bytes of its ``MsmWork``."""
         sum_bytes = 4 * self.sum_words
-        return (4 * (3 * self.keys + 1) + self.keys * sum_bytes + 4 * self.entries + 2 * self.chunks * (4 + sum_bytes)
-                + sum(self.level_rows) * sum_bytes + sum_bytes + 8)
+        return (4 * (3 * self.keys + 1) + 4 * (2 * self.scan_tiles + 3) + self.keys * sum_bytes + 4 * self.entries
+                + 2 * self.chunks * (4 + sum_bytes) + sum(self.level_rows) * sum_bytes + sum_bytes + 8)
 
 
 @dataclasses.dataclass
@@ -191,6 +200,7 @@ class MsmWork:
     counts: object
     offsets: object
     cursor: object
+    scan: object  # a scan by tiles' scratch: the tiles' totals, their exclusive scan, two words for its own total and max
     entries: object
     sums: object
     partial_keys: object
@@ -201,7 +211,8 @@ class MsmWork:
     @classmethod
     def allocate(cls, rt, shape: SortShape) -> MsmWork:
         u32, w = np.uint32, shape.sum_words
-        return cls(rt.empty(shape.keys, u32), rt.empty(shape.keys + 1, u32), rt.empty(shape.keys, u32), rt.empty(max(1, shape.entries), u32),
+        return cls(rt.empty(shape.keys, u32), rt.empty(shape.keys + 1, u32), rt.empty(shape.keys, u32), rt.empty(2 * shape.scan_tiles + 3, u32),
+                   rt.empty(max(1, shape.entries), u32),
                    rt.empty((shape.keys, w), u32), rt.empty(2 * shape.chunks, u32), rt.empty((2 * shape.chunks, w), u32),
                    [rt.empty((rows, w), u32) for rows in shape.level_rows], rt.empty(w + 2, u32))
 
@@ -619,20 +630,27 @@ class CudaMsm:
         rt, sh = self.runtime, shape
         n, c, windows, keys = sh.n, sh.c, sh.windows, sh.keys
         rt.memset(work.counts, 0)
-        rt.memset(work.first_bad, 0xFF)  # first_bad: none yet
+        rt.memset(work.first_bad, 0xFF)  # none yet
+        rt.memset(work.largest, 0)
         blocks = -(-n // THREADS)
         rt.launch(mod, "msm_count", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(windows),
                                                       np.uint32(0 if table_stride else 0xFFFFFFFF), work.counts, work.first_bad))
         self._phase("count")
-        rt.launch(mod, "msm_scan_counts", 1, SCAN_THREADS, (work.counts, np.uint32(keys), work.offsets, work.cursor, work.largest),
-                  shared_bytes=4 * 4 * SCAN_THREADS)
+        tiles, scan = sh.scan_tiles, work.scan
+        rt.launch(mod, "msm_scan_counts", tiles, SCAN_THREADS, (work.counts, np.uint32(keys), np.uint32(SCAN_TILE), work.offsets, work.cursor,
+                                                                scan[:tiles], work.largest), shared_bytes=4 * 4 * SCAN_THREADS)
+        if tiles > 1:  # scan the tiles' totals, then add them in
+            tile_offsets = scan[tiles: 2 * tiles + 1]
+            rt.launch(mod, "msm_scan_counts", 1, SCAN_THREADS, (scan[:tiles], np.uint32(tiles), np.uint32(tiles), tile_offsets, tile_offsets,
+                                                                scan[2 * tiles + 1:], scan[2 * tiles + 2:]), shared_bytes=4 * 4 * SCAN_THREADS)
+            rt.launch(mod, "msm_scan_add", grid(keys + 1), THREADS, (work.offsets, work.cursor, np.uint32(keys), np.uint32(SCAN_TILE),
+                                                                     tile_offsets, np.uint32(tiles)))
         self._phase("scan")
-        if table_stride:  # one launch per stretch of ≤ 2^24 entries (64 MiB, about what L2 holds) of the sorted order
-            passes = max(1, sh.entries >> 24)
-            for p in range(passes):
+        if table_stride:  # one launch per stretch of 2^24 sorted entries (64 MiB, about what L2 holds)
+            for p in range(max(1, -(-sh.entries >> SCATTER_STRETCH_LOG))):
                 rt.launch(mod, "msm_scatter_table", blocks, THREADS,
                           (scalars, np.uint64(n), np.uint32(c), np.uint32(windows), np.uint64(table_stride), np.uint64(offset),
-                           np.uint32(p * keys // passes), np.uint32((p + 1) * keys // passes), work.cursor, work.entries))
+                           work.offsets, np.uint32(keys), np.uint32(p), np.uint32(SCATTER_STRETCH_LOG), work.cursor, work.entries))
         else:
             for window in range(windows):
                 rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))
@@ -686,8 +704,8 @@ class CudaMsm:
         rt.launch(mod, "msm_bit_sums", (bits + 1) * pieces, block, (work.levels[0], np.uint32(segments), np.uint32(bits), np.uint32(pieces),
                                                                     work.levels[1]), shared_bytes=block * 4 * sh.sum_words)
         self._phase("windows")
-        rt.launch(mod, "msm_bits_horner", 1, 32, (work.levels[1], np.uint32(bits), np.uint32(pieces), np.uint32(log_g), work.out),
-                  shared_bytes=32 * 4 * sh.sum_words)
+        rt.launch(mod, "msm_bits_combine", 1, min(MAX_REDUCTION_THREADS, 1 << ((bits + 1) * pieces).bit_length()),
+                  (work.levels[1], np.uint32(bits), np.uint32(pieces), np.uint32(log_g), work.out))
 
 
 def xyzz_to_affine(curve: Curve, group: str, words: np.ndarray) -> Point:
