@@ -349,10 +349,10 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     assert len(resident.graphs) == 1 and 0 < graph_bytes <= backend.msm.working_bytes(curve, group, 48, resident=True)
     assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48) + graph_bytes
     assert backend.vram.reserved_bytes == resident.nbytes
-    launches = backend.runtime.launches
+    launches = backend.runtime.launch_count
     others = [rng.randrange(r) for _ in range(48)]
     assert G.eq(msm(backend, curve, group, resident, ints_to_limbs(others, 8)), G.msm(points, others))
-    assert backend.runtime.launches == launches + 1 and len(resident.graphs) == 1
+    assert backend.runtime.launch_count == launches + 1 and len(resident.graphs) == 1
     bad = ints_to_limbs(others, 8)
     bad[7] = ints_to_limbs([r], 8)[0]
     with pytest.raises(ScalarOutOfRangeError) as caught:

@@ -128,7 +128,7 @@ class CupyRuntime(_Modules):
         self._functions: dict[tuple[int, str], object] = {}  # (id of a kept module, kernel) → its function
         self._lock = threading.Lock()
         self._prebuilt = os.environ.get(PREBUILT_ENV)
-        self.launches = 0  # kernel launches and graph replays so far (benchmarks count them per MSM or proof)
+        self.launch_count = 0  # kernel launches and graph replays so far (benchmarks count them per MSM or proof)
         with self.device:
             props = cupy.cuda.runtime.getDeviceProperties(device)
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
@@ -215,7 +215,7 @@ class CupyRuntime(_Modules):
             return mod
 
     def launch(self, module, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
-        self.launches += 1
+        self.launch_count += 1
         fn = self._functions.get((id(module), kernel))
         if fn is None:
             fn = self._functions[(id(module), kernel)] = module.get_function(kernel)
@@ -245,7 +245,7 @@ class CupyRuntime(_Modules):
 
     def replay(self, graph) -> None:
         """Run a captured graph on the calling thread's current stream: one launch for all of it."""
-        self.launches += 1
+        self.launch_count += 1
         with self.device:
             graph.launch(self.xp.cuda.get_current_stream())
 
@@ -310,7 +310,7 @@ class HostRuntime(_Modules):
         self._modules: dict[str, ctypes.CDLL] = {}
         self._by_kind: dict[tuple[str, str], ctypes.CDLL] = {}
         self._lock = threading.Lock()
-        self.launches = 0
+        self.launch_count = 0
 
     def compile(self, source: str) -> ctypes.CDLL:
         digest = source_digest(source)
@@ -338,7 +338,7 @@ class HostRuntime(_Modules):
         return target
 
     def launch(self, module: ctypes.CDLL, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
-        self.launches += 1
+        self.launch_count += 1
         fn = getattr(module, kernel)
         cargs = [_ctype(a) for a in args]
         smem = np.zeros(max(shared_bytes, 16) // 16 + 1, dtype=np.dtype((np.void, 16)))
@@ -395,9 +395,9 @@ class HostRuntime(_Modules):
         return record
 
     def replay(self, graph: Callable[[], None]) -> None:
-        launches = self.launches
+        launches = self.launch_count
         graph()
-        self.launches = launches + 1  # one replay, as on the device
+        self.launch_count = launches + 1  # one replay, as on the device
 
     @staticmethod
     def to_device(host: np.ndarray) -> np.ndarray:

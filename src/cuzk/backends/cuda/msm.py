@@ -160,12 +160,14 @@ class SortShape:
 
     @classmethod
     @cache
-    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool) -> SortShape:
+    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0) -> SortShape:
+        """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
+        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
         entries = n * windows
-        chunk_len = max(MIN_CHUNK_LEN, min(32, 1 << max(0, (entries >> 17).bit_length() - 1)))
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len or min(32, 1 << max(0, (entries >> 17).bit_length() - 1)))
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
@@ -279,6 +281,7 @@ class CudaMsm:
         self.window_tables = True  # resident bases get a window table when the budget has room (False: never)
         self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
         self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
+        self.chunk_len = 0  # sorted entries per accumulating thread (0: SortShape's rule; benchmarks sweep it)
         self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
@@ -541,7 +544,7 @@ class CudaMsm:
             if bases.graphs:
                 return bases.graphs.pop()
         curve, group, n = bases.curve, bases.group, bases.n
-        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True)
+        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len)
         reservation = self.vram.try_reserve(shape.work_bytes + n * SCALAR_LIMBS * 4,
                                             f"{curve.name} {group.upper()} MSM graph ({n} points)", evict=False)
         if reservation is None:
@@ -617,7 +620,7 @@ class CudaMsm:
         """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
         that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
         buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
-        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0)
+        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len)
         work = MsmWork.allocate(self.runtime, shape)
         self._phase("start")
         self._launch_msm(mod, shape, work, self.gpu.device_view(scalars)[0], points, table_stride, offset)
