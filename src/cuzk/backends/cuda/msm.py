@@ -158,6 +158,10 @@ class SortShape:
     def scan_tiles(self) -> int:
         return -(-self.keys // SCAN_TILE)
 
+    @property
+    def scatter_passes(self) -> int:
+        return max(1, -(-self.entries >> SCATTER_STRETCH_LOG))
+
     @classmethod
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0) -> SortShape:
@@ -191,7 +195,7 @@ class SortShape:
     def work_bytes(self) -> int:
         """Device bytes of its ``MsmWork``."""
         sum_bytes = 4 * self.sum_words
-        return (4 * (3 * self.keys + 1) + 4 * (2 * self.scan_tiles + 3) + self.keys * sum_bytes + 4 * self.entries
+        return (4 * (3 * self.keys + 1) + 4 * (2 * self.scan_tiles + 3) + 4 * (self.scatter_passes + 1) + self.keys * sum_bytes + 4 * self.entries
                 + 2 * self.chunks * (4 + sum_bytes) + sum(self.level_rows) * sum_bytes + sum_bytes + 8)
 
 
@@ -203,6 +207,7 @@ class MsmWork:
     offsets: object
     cursor: object
     scan: object  # a scan by tiles' scratch: the tiles' totals, their exclusive scan, two words for its own total and max
+    pass_keys: object  # the first key of each window-table scatter pass (msm_pass_keys)
     entries: object
     sums: object
     partial_keys: object
@@ -214,7 +219,7 @@ class MsmWork:
     def allocate(cls, rt, shape: SortShape) -> MsmWork:
         u32, w = np.uint32, shape.sum_words
         return cls(rt.empty(shape.keys, u32), rt.empty(shape.keys + 1, u32), rt.empty(shape.keys, u32), rt.empty(2 * shape.scan_tiles + 3, u32),
-                   rt.empty(max(1, shape.entries), u32),
+                   rt.empty(shape.scatter_passes + 1, u32), rt.empty(max(1, shape.entries), u32),
                    rt.empty((shape.keys, w), u32), rt.empty(2 * shape.chunks, u32), rt.empty((2 * shape.chunks, w), u32),
                    [rt.empty((rows, w), u32) for rows in shape.level_rows], rt.empty(w + 2, u32))
 
@@ -650,10 +655,12 @@ class CudaMsm:
                                                                      tile_offsets, np.uint32(tiles)))
         self._phase("scan")
         if table_stride:  # one launch per stretch of 2^24 sorted entries (64 MiB, about what L2 holds)
-            for p in range(max(1, -(-sh.entries >> SCATTER_STRETCH_LOG))):
+            rt.launch(mod, "msm_pass_keys", grid(sh.scatter_passes + 1), THREADS, (work.offsets, np.uint32(keys), np.uint32(sh.scatter_passes),
+                                                                                  np.uint32(SCATTER_STRETCH_LOG), work.pass_keys))
+            for p in range(sh.scatter_passes):
                 rt.launch(mod, "msm_scatter_table", blocks, THREADS,
                           (scalars, np.uint64(n), np.uint32(c), np.uint32(windows), np.uint64(table_stride), np.uint64(offset),
-                           work.offsets, np.uint32(keys), np.uint32(p), np.uint32(SCATTER_STRETCH_LOG), work.cursor, work.entries))
+                           work.pass_keys, np.uint32(p), work.cursor, work.entries))
         else:
             for window in range(windows):
                 rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))

@@ -135,17 +135,25 @@ CUZK_HD u32 first_key_from(const u32* offsets, u32 keys, u64 at) {
     return lo;
 }
 
+// pass_keys[p] = the least key whose entries start at or after p·2^stretch_log of the sorted order
+// (keys when none), p <= passes: the key range of each msm_scatter_table launch, found once.
+CUZK_KERNEL void msm_pass_keys(const u32* offsets, u32 keys, u32 passes, u32 stretch_log, u32* pass_keys) {
+    CUZK_THREADS(tid) {
+        const u64 p = CUZK_GLOBAL_INDEX(tid);
+        if (p <= passes) pass_keys[p] = first_key_from(offsets, keys, p << stretch_log);
+    }
+}
+
 // Window-table form of msm_scatter: every window's entries under the one set of keys |d| - 1, each
 // entry the table row of its base's multiple (w·stride + first + i, stride = the table's points
-// per window, first = this chunk's first point). Launch `pass` places only the keys whose entries
-// start in [pass·2^stretch_log, (pass + 1)·2^stretch_log) of the sorted order, so its scattered
-// writes stay within one stretch of `entries`; the host launches passes for a bound of the entries,
-// and those past the real count return at once.
-CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows, u64 stride, u64 first, const u32* offsets,
-                                   u32 keys, u32 pass, u32 stretch_log, u32* cursor, u32* entries) {
-    const u64 at = (u64)pass << stretch_log;
-    if (at >= offsets[keys] && pass > 0) return;
-    const u32 key_lo = first_key_from(offsets, keys, at), key_hi = first_key_from(offsets, keys, at + (1ull << stretch_log));
+// per window, first = this chunk's first point). Launch `pass` places only the keys in
+// [pass_keys[pass], pass_keys[pass + 1]) (msm_pass_keys: those whose entries start in its stretch
+// of the sorted order), so its scattered writes stay within one stretch of `entries`; the host
+// launches passes for a bound of the entries, and those past the real count return at once.
+CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows, u64 stride, u64 first, const u32* pass_keys,
+                                   u32 pass, u32* cursor, u32* entries) {
+    const u32 key_lo = pass_keys[pass], key_hi = pass_keys[pass + 1];
+    if (key_lo >= key_hi) return;
     CUZK_THREADS(tid) {
         const u64 i = CUZK_GLOBAL_INDEX(tid);
         const Scalar s = load_scalar(scalars, i, n);
