@@ -360,14 +360,17 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     assert caught.value.index == 7 and len(resident.graphs) == 1
     assert backend.msm.evict_idle(1) == graph_bytes and not resident.graphs and resident.table is not None  # graphs go first
     backend.msm.graphs = False  # the chunked path: a graph would bring its own reserved buffers
-    whole = backend.msm.working_bytes(curve, group, 48, resident=True)
-    room = (whole + backend.msm.working_bytes(curve, group, 8, resident=True)) // 2  # less than the whole, more than 8 points
+    whole = backend.msm.working_bytes(curve, group, 48, resident=True, table_bits=resident.table_bits)  # chunks sort over its c
+    room = (whole + backend.msm.working_bytes(curve, group, 8, resident=True, table_bits=resident.table_bits)) // 2  # < whole, > 8 points
     blocker = backend.vram.reserve(backend.vram.available_bytes - room, "test: leave room for a chunk only")
-    launched, launch = [], backend.runtime.launch
+    launched, launch, allocated, empty = [], backend.runtime.launch, [], backend.runtime.empty
     backend.runtime.launch = lambda module, kernel, *args, **kw: launched.append(kernel) or launch(module, kernel, *args, **kw)
+    backend.runtime.empty = lambda shape, dtype: allocated.append(int(np.prod(shape)) * np.dtype(dtype).itemsize) or empty(shape, dtype)
     assert G.eq(msm(backend, curve, group, resident, limbs), expected)  # the table it reads is not evicted for its chunks
-    assert launched.count("msm_count") > 1 and "msm_scatter_table" in launched and resident.table is not None
-    backend.runtime.launch = launch
+    chunks = launched.count("msm_count")
+    assert chunks > 1 and "msm_scatter_table" in launched and resident.table is not None
+    assert sum(allocated) / chunks <= room  # each chunk's buffers stay within the plan's reservation
+    backend.runtime.launch, backend.runtime.empty = launch, empty
     blocker.release()
     backend.msm.graphs = True
     # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.

@@ -374,16 +374,19 @@ class CudaMsm:
                 bases.free()
 
     # ---------------------------------------------------------------- sizing
-    def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
+    def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1, table_bits: int = 0) -> int:
         """Upper bound of an n-point MSM's device working set (window chosen for n, with or without a window
-        table); ``buffers`` chunks of bases in flight when they are not resident (2 while the next chunk's upload
-        overlaps this one). A window table itself is the resident bases' (``table_bytes``), not the MSM's."""
+        table; over a table of window ``table_bits`` when given, as a chunk of a larger table's MSM is); ``buffers``
+        chunks of bases in flight when they are not resident (2 while the next chunk's upload overlaps this one).
+        A window table itself is the resident bases' (``table_bytes``), not the MSM's."""
         bits = curve.r.bit_length()
         per_point = SCALAR_LIMBS * 4 + (0 if resident else buffers * point_words(curve, group) * 4)
 
         def layout(c: int, table: bool) -> int:
-            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table).work_bytes + n * per_point
+            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len).work_bytes + n * per_point
 
+        if table_bits:
+            return layout(table_bits, True)
         need = layout(window_bits(n, bits), False)
         if resident and table_window_bits(n, bits):
             need = max(need, layout(table_window_bits(n, bits), True))
@@ -395,10 +398,11 @@ class CudaMsm:
         c = table_window_bits(n, curve.r.bit_length())
         return 0 if not c else -(-(curve.r.bit_length() + 1) // c) * n * point_words(curve, group) * 4
 
-    def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> MsmPlan:
+    def plan(self, curve: Curve, group: str, n: int, resident: bool = False, table_bits: int = 0) -> MsmPlan:
         """Points per chunk for an MSM of ``n`` points, and their working set reserved in the VRAM budget.
 
-        Reserves the whole MSM's working set if it fits, idle resident keys evicted for it;
+        ``table_bits``: the MSM runs over a window table of that window (its chunks too). Reserves the whole MSM's
+        working set if it fits, idle resident keys evicted for it;
         else halves the chunk until its working set (scalars, sorted entries, bucket sums,
         partial sums, and two chunks of bases unless resident: one computing, one uploading)
         fits in what is free, evicting nothing. When even ``min_chunk`` points do not fit, it
@@ -409,24 +413,24 @@ class CudaMsm:
         what = f"MSM working set ({n} {curve.name} {group.upper()} points)"
         while True:
             releases = self.vram.releases
-            plan = self._try_plan(curve, group, n, resident, what)
+            plan = self._try_plan(curve, group, n, resident, what, table_bits)
             if plan is not None:
                 return plan
             if not self.vram.wait_for_release(since=releases):
                 smallest = min(n, self.min_chunk)
-                need = self.working_bytes(curve, group, smallest, resident, buffers=1 if smallest == n else 2)
+                need = self.working_bytes(curve, group, smallest, resident, 1 if smallest == n else 2, table_bits)
                 raise VramExhaustedError(
                     f"MSM of {n} {curve.name} {group.upper()} points: {self.vram.available_bytes / 2**20:.2f} MiB of VRAM "
                     f"budget left, too little for even {smallest} points ({need / 2**20:.2f} MiB)"
                 )
 
-    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str) -> MsmPlan | None:
-        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident), what, transient=True)
+    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str, table_bits: int) -> MsmPlan | None:
+        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident, table_bits=table_bits), what, transient=True)
         if whole is not None:
             return MsmPlan(n, whole)
         chunk = min(n, (1 << 31) // 32)
         while True:
-            need = self.working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
+            need = self.working_bytes(curve, group, chunk, resident, 1 if chunk == n else 2, table_bits)
             reservation = self.vram.try_reserve(need, what, evict=False, transient=True)
             if reservation is not None:
                 return MsmPlan(chunk, reservation)
@@ -467,7 +471,7 @@ class CudaMsm:
         c = self.table_window or table_window_bits(n, curve.r.bit_length())
         windows = -(-(curve.r.bit_length() + 1) // c) if c else 0
         nbytes = windows * n * point_words(curve, group) * 4
-        if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
+        if not c or nbytes + self.working_bytes(curve, group, n, resident=True, table_bits=c) > self.vram.available_bytes:
             return False
         reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
         if reservation is None:
@@ -581,7 +585,7 @@ class CudaMsm:
         lane = self.gpu.lane()  # the copy thread uploads for this proof's lane
 
         total: Point = None
-        with self.plan(curve, group, n, resident) as plan:  # the reservation covers two chunk buffers when chunked
+        with self.plan(curve, group, n, resident, table[1] if table is not None else 0) as plan:  # the reservation covers two chunk buffers when chunked
             chunk = plan.chunk
             chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
             buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
