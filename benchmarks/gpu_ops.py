@@ -5,6 +5,7 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1 --host-bases 8   # upload overlap
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --table-sweep 10,12,13,14   # window-table c
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --chunk-sweep 8,16,32   # entries per thread
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -197,7 +198,8 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
     return out
 
 
-def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=()):
+def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=(),
+              chunk_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -229,6 +231,17 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
            "window_bits": window_bits(n, curve.r.bit_length()), "table_bits": resident.table_bits,
            "table_mib": round(backend.msm.table_bytes(curve, group, n) / 2**20, 1) if resident.table is not None else 0,
            "first_msm_s": round(first_s, 3), "gen_bases_s": round(gen_s, 3)}
+    launches = backend.runtime.launch_count
+    fn(curve, resident, scalars)
+    row["launches"] = backend.runtime.launch_count - launches  # kernel launches and graph replays of one MSM
+    # The same MSM over the table without its captured graph (small sizes): what the graph gives.
+    backend.msm.graphs = False
+    row["ms_no_graph"], got_direct = timer(lambda: fn(curve, resident, scalars), repeat)
+    row["ok_no_graph"] = G.eq(got_direct, expected)
+    launches = backend.runtime.launch_count
+    fn(curve, resident, scalars)
+    row["launches_no_graph"] = backend.runtime.launch_count - launches
+    backend.msm.graphs = True
     # The same MSM without the window table (each window its own buckets, Horner at the end): the before.
     backend.msm.window_tables = False
     row["ms_no_table"], got_plain = timer(lambda: fn(curve, resident, scalars), repeat)
@@ -246,6 +259,15 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
             ms, got_c = timer(lambda: fn(curve, resident, scalars), repeat)
             row["table_sweep_ms"][c] = round(ms, 3) if G.eq(got_c, expected) else "WRONG"
         backend.msm.table_window = None
+        resident.drop_table()
+    if chunk_sweep:  # the same MSM with other entries per accumulating thread (tables and graphs built anew)
+        row["chunk_sweep_ms"] = {}
+        for length in chunk_sweep:
+            resident.drop_table()
+            backend.msm.chunk_len = length
+            ms, got_l = timer(lambda: fn(curve, resident, scalars), repeat)
+            row["chunk_sweep_ms"][length] = round(ms, 3) if G.eq(got_l, expected) else "WRONG"
+        backend.msm.chunk_len = 0
         resident.drop_table()
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
@@ -305,6 +327,9 @@ def bench_proof(backend, d: Path, cpu, rows, proofs_out):
     resident = backend.upload_key(zkey)
     try:
         row["ms_key_resident"] = host_time(lambda: prove(backend, resident, wtns), 3)
+        launches = backend.runtime.launch_count
+        prove(backend, resident, wtns)
+        row["launches_key_resident"] = backend.runtime.launch_count - launches  # kernel launches and graph replays of one proof
     finally:
         backend.free_key(resident)
     if cpu is not None:
@@ -326,6 +351,7 @@ def main(argv=None) -> int:
                     help="also time MSMs from pinned host bases: whole, and in CHUNKS chunks with and without the "
                          "double-buffered upload overlapping compute (prints the overlap gain)")
     ap.add_argument("--table-sweep", metavar="C,C,...", help="also time each MSM over window tables of these windows c")
+    ap.add_argument("--chunk-sweep", metavar="L,L,...", help="also time each MSM with L sorted entries per accumulating thread")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -364,7 +390,8 @@ def main(argv=None) -> int:
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
                     bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
-                              [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else ())
+                              [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else (),
+                              [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:

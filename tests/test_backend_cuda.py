@@ -28,6 +28,8 @@ from cuzk.backends.cuda.modules import host_compiler
 from cuzk.curves import BLS12_381, BN254
 from cuzk.curves.serialize import g1_to_bytes, g2_to_bytes
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
+from cuzk.formats.zkey import KEY_BASES
+from cuzk.prover.sizing import bases_bytes, coefficient_bytes, proof_vram_bytes, proofs_in_flight, tables_bytes
 
 CURVES = [pytest.param(BN254, id="bn254"), pytest.param(BLS12_381, id="bls12_381")]
 GROUPS = ["g1", "g2"]
@@ -235,6 +237,28 @@ def test_msm_sparse_witness_of_zeros_and_ones(backend, curve):
     assert G.eq(got, G.mul(G.generator, expected))
 
 
+@pytest.mark.parametrize("curve", CURVES)
+def test_msm_scan_in_tiles_and_scatter_in_stretches(backend, curve, monkeypatch):
+    """The bucket scan in several tiles and the window-table scatter in stretches of the sorted entries (as from
+    2^20 points up, where their bounds exceed one block and L2) give the same MSMs, dense and sparse, resident
+    (a graph) or not, with zero entries too."""
+    from cuzk.backends.cuda import msm as msm_module
+
+    monkeypatch.setattr(msm_module, "SCAN_TILE", 16)
+    monkeypatch.setattr(msm_module, "SCATTER_STRETCH_LOG", 5)
+    G, n = curve.G1, 200
+    points = multiples(G, G.generator, 1, n)
+    host = bases_array(curve, "g1", points)
+    resident = backend.upload_bases(curve, "g1", host)
+    rng = random.Random(8)
+    for scalars in ([rng.randrange(curve.r) for _ in range(n)], [rng.choice((0, 1, 1, 2)) for _ in range(n)], [0] * n):
+        expected = G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r)
+        limbs = ints_to_limbs(scalars, 8)
+        assert G.eq(backend.msm_g1(curve, resident, limbs), expected) and G.eq(backend.msm_g1(curve, host, limbs), expected)
+    assert resident.table is not None and resident.graphs
+    resident.free()
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_msm_of_nothing_is_infinity(backend, group):
     curve = BN254
@@ -320,24 +344,49 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     resident = backend.upload_bases(curve, group, host)
     limbs = ints_to_limbs(scalars, 8)
     assert G.eq(msm(backend, curve, group, resident, limbs), expected)
-    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48)
+    # The small MSM was captured as a graph (its buffers reserved with the table); other scalars replay it in one launch.
+    graph_bytes = sum(g.nbytes for g in resident.graphs)
+    assert len(resident.graphs) == 1 and 0 < graph_bytes <= backend.msm.working_bytes(curve, group, 48, resident=True)
+    assert resident.table is not None and resident.nbytes == host.nbytes + backend.msm.table_bytes(curve, group, 48) + graph_bytes
     assert backend.vram.reserved_bytes == resident.nbytes
-    whole = backend.msm.working_bytes(curve, group, 48, resident=True)
-    blocker = backend.vram.reserve(backend.vram.available_bytes - whole // 2, "test: leave room for a chunk only")
-    launched, launch = [], backend.runtime.launch
+    launches = backend.runtime.launch_count
+    others = [rng.randrange(r) for _ in range(48)]
+    assert G.eq(msm(backend, curve, group, resident, ints_to_limbs(others, 8)), G.msm(points, others))
+    assert backend.runtime.launch_count == launches + 1 and len(resident.graphs) == 1
+    bad = ints_to_limbs(others, 8)
+    bad[7] = ints_to_limbs([r], 8)[0]
+    with pytest.raises(ScalarOutOfRangeError) as caught:
+        msm(backend, curve, group, resident, bad)
+    assert caught.value.index == 7 and len(resident.graphs) == 1
+    assert backend.msm.evict_idle(1) == graph_bytes and not resident.graphs and resident.table is not None  # graphs go first
+    backend.msm.graphs = False  # the chunked path: a graph would bring its own reserved buffers
+    whole = backend.msm.working_bytes(curve, group, 48, resident=True, table_bits=resident.table_bits)  # chunks sort over its c
+    room = (whole + backend.msm.working_bytes(curve, group, 8, resident=True, table_bits=resident.table_bits)) // 2  # < whole, > 8 points
+    blocker = backend.vram.reserve(backend.vram.available_bytes - room, "test: leave room for a chunk only")
+    launched, launch, allocated, empty = [], backend.runtime.launch, [], backend.runtime.empty
     backend.runtime.launch = lambda module, kernel, *args, **kw: launched.append(kernel) or launch(module, kernel, *args, **kw)
+    backend.runtime.empty = lambda shape, dtype: allocated.append(int(np.prod(shape)) * np.dtype(dtype).itemsize) or empty(shape, dtype)
     assert G.eq(msm(backend, curve, group, resident, limbs), expected)  # the table it reads is not evicted for its chunks
-    assert launched.count("msm_count") > 1 and "msm_scatter_table" in launched and resident.table is not None
-    backend.runtime.launch = launch
+    chunks = launched.count("msm_count")
+    assert chunks > 1 and "msm_scatter_table" in launched and resident.table is not None
+    assert sum(allocated) / chunks <= room  # each chunk's buffers stay within the plan's reservation
+    backend.runtime.launch, backend.runtime.empty = launch, empty
     blocker.release()
+    backend.msm.graphs = True
     # A table is a cache: a reservation that needs its room evicts it while no MSM reads it, and the next MSM rebuilds it.
     other = backend.upload_bases(curve, group, host)  # a second tabled bases: eviction picks among several
     msm(backend, curve, group, other, limbs)
     other.free()
-    evicting = backend.vram.reserve(backend.vram.available_bytes + 1, "test: needs the table's room")
-    assert resident.table is None and resident.nbytes == host.nbytes
-    evicting.release()
-    assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
+    # After an eviction the table waits table_backoff MSMs (doubled at each further eviction) before it is built again:
+    # under steady pressure each rebuild would be evicted by the next proof.
+    backend.msm.table_backoff = 2
+    for evictions in (1, 2):
+        evicting = backend.vram.reserve(backend.vram.available_bytes + backend.msm.idle_bytes(), "test: needs the table's room")
+        assert resident.table is None and resident.nbytes == host.nbytes and not resident.graphs
+        evicting.release()
+        for _ in range(2 << (evictions - 1)):
+            assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is None
+        assert G.eq(msm(backend, curve, group, resident, limbs), expected) and resident.table is not None
     backend.msm.window_tables = False
     assert G.eq(msm(backend, curve, group, resident, ints_to_limbs([1] * 48, 8)), G.msm(points, [1] * 48))
     resident.free()
@@ -356,6 +405,16 @@ def test_upload_key_makes_every_msm_base_resident(kind):
     w = ints_to_limbs([3] * zkey.n_vars, 8)
     assert BN254.G1.eq(backend.msm_g1(BN254, resident.a, w), backend.msm_g1(BN254, zkey.a, w))
     assert resident.coeffs is zkey.coeffs and resident.n_vars == zkey.n_vars
+    # The key's window tables, as sizing counts them (one owner: the MSM's table_bytes), are what its MSMs reserve.
+    for name, group in KEY_BASES:
+        bases = getattr(resident, name)
+        msm(backend, BN254, group, bases, ints_to_limbs([3] * bases.n, 8))
+    tables = sum(getattr(resident, name).table_reservation.nbytes for name in names)
+    assert tables == tables_bytes(zkey, backend) > 0
+    plan = proofs_in_flight("auto", backend, [zkey])
+    assert plan.tables_bytes == tables  # they fit beside its proofs: part of the key's footprint
+    tight = make_backend(kind, vram_budget=VramBudget(bases_bytes(zkey) + coefficient_bytes(zkey) + proof_vram_bytes(zkey, backend)))
+    assert proofs_in_flight("auto", tight, [zkey]).tables_bytes == 0  # no room: a cache built when there is
     backend.free_key(resident)
     assert backend.vram.reserved_bytes == 0
     small = make_backend(kind, vram_budget=VramBudget(zkey.a.nbytes + 1))

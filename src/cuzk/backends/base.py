@@ -145,6 +145,11 @@ class DeviceBackend(Backend, Protocol):
         not ``resident`` (2 while the next chunk's upload overlaps this one)."""
         ...
 
+    def msm_table_bytes(self, curve: Curve, group: str, n: int) -> int:
+        """Device bytes of the window table that n resident bases get on their first MSM when the budget has room
+        (0: none); a cache beside them that the budget evicts for proofs."""
+        ...
+
 
 def is_device_backend(backend) -> bool:
     """Whether ``backend`` has memory of its own (a ``DeviceBackend``: CUDA); the CPU backend proves from host memory."""

@@ -163,6 +163,14 @@ def bases_bytes(header: ZKeyHeader) -> int:
     return sum(sizes[name] for name, _ in KEY_BASES)
 
 
+def tables_bytes(header: ZKeyHeader, backend: DeviceBackend) -> int:
+    """Device bytes of the window tables a key's resident bases get on their first MSMs (``msm_table_bytes``): a
+    cache the backend reserves beside the bases while the budget has room, and which gives way to proofs."""
+    sizes, n8 = header.section_nbytes(), header.curve.Fq.n8
+    return sum(backend.msm_table_bytes(header.curve, group, sizes[name] // ((2 if group == "g1" else 4) * n8))
+               for name, group in KEY_BASES)
+
+
 def coefficient_bytes(header: ZKeyHeader) -> int:
     """Device bytes of a key's resident coefficients at most (``backends.cuda.synth``'s row-sorted layout): a
     signal index and a value per entry, the 2N + 1 row boundaries, and the list of long rows (a long row has
@@ -198,6 +206,7 @@ class ProofsInFlight:
     budget_bytes: int  # the device's VRAM budget
     bases_bytes: int  # the binding key's resident bases (and coefficients, when synthesis runs on the device)
     proof_bytes: int  # one proof's device working set with that key (``proof_vram_bytes``)
+    tables_bytes: int = 0  # its window tables where they fit beside the K proofs (else: built when room allows, evicted for proofs)
 
     @property
     def lowered(self) -> bool:
@@ -213,16 +222,17 @@ def proofs_in_flight(wanted: int | str, backend: DeviceBackend, headers: Iterabl
     registered, "auto" takes the cap: each proof still reserves what it holds (vectors that do not fit are copied per
     operation, an MSM that does not fit runs in chunks)."""
     budget = backend.vram.total_bytes
-    binding = None  # (fit, bases, proof) of the key that fits the fewest proofs
+    binding = None  # (fit, bases, proof, tables) of the key that fits the fewest proofs
     for header in headers:
         bases, proof = bases_bytes(header), proof_vram_bytes(header, backend)
         if bases + coefficient_bytes(header) + proof <= budget:  # its coefficients are resident too (device synthesis)
             bases += coefficient_bytes(header)
         fit = max(0, budget - bases) // proof
         if binding is None or fit < binding[0]:
-            binding = (fit, bases, proof)
+            binding = (fit, bases, proof, tables_bytes(header, backend))
     cap = MAX_PROOFS_PER_DEVICE if wanted == "auto" else wanted
     if binding is None:
         return ProofsInFlight(cap, wanted, None, budget, 0, 0)
-    fit, bases, proof = binding
-    return ProofsInFlight(max(1, min(cap, fit)), wanted, fit, budget, bases, proof)
+    fit, bases, proof, tables = binding
+    proofs = max(1, min(cap, fit))
+    return ProofsInFlight(proofs, wanted, fit, budget, bases, proof, tables if bases + tables + proofs * proof <= budget else 0)

@@ -121,6 +121,9 @@ class CudaBackend:
     def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
         return self.msm.working_bytes(curve, group, n, resident, buffers)
 
+    def msm_table_bytes(self, curve: Curve, group: str, n: int) -> int:
+        return self.msm.table_bytes(curve, group, n) if self.msm.window_tables else 0
+
     # ---------------------------------------------------------------- synthesis
     @on_device
     def upload_coefficients(self, curve: Curve, coeffs, n_vars: int, domain_size: int) -> DeviceCoefficients:

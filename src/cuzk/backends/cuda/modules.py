@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -127,6 +128,7 @@ class CupyRuntime(_Modules):
         self._functions: dict[tuple[int, str], object] = {}  # (id of a kept module, kernel) → its function
         self._lock = threading.Lock()
         self._prebuilt = os.environ.get(PREBUILT_ENV)
+        self.launch_count = 0  # kernel launches and graph replays so far (benchmarks count them per MSM or proof)
         with self.device:
             props = cupy.cuda.runtime.getDeviceProperties(device)
         self.device_name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
@@ -213,6 +215,7 @@ class CupyRuntime(_Modules):
             return mod
 
     def launch(self, module, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
+        self.launch_count += 1
         fn = self._functions.get((id(module), kernel))
         if fn is None:
             fn = self._functions[(id(module), kernel)] = module.get_function(kernel)
@@ -220,6 +223,31 @@ class CupyRuntime(_Modules):
             fn.max_dynamic_shared_size_bytes = shared_bytes
         with self.device:
             fn((grid,), (block,), args, shared_mem=shared_bytes)
+
+    def memset(self, arr, byte: int) -> None:
+        """Every byte of contiguous device array ``arr`` set to ``byte``, on the current stream (capturable)."""
+        with self.device:
+            self.xp.cuda.runtime.memsetAsync(arr.data.ptr, byte, arr.nbytes, self.xp.cuda.get_current_stream().ptr)
+
+    def capture(self, record: Callable[[], None]):
+        """The launches and memsets ``record()`` queues, captured (not run) as a CUDA graph to ``replay``. They must
+        neither allocate nor wait for the device; relaxed mode, so other threads' work goes on meanwhile."""
+        cuda = self.xp.cuda
+        with self.device:
+            stream = cuda.Stream(non_blocking=True)
+            with stream:
+                stream.begin_capture(mode=cuda.runtime.streamCaptureModeRelaxed)
+                try:
+                    record()
+                finally:
+                    graph = stream.end_capture()
+        return graph
+
+    def replay(self, graph) -> None:
+        """Run a captured graph on the calling thread's current stream: one launch for all of it."""
+        self.launch_count += 1
+        with self.device:
+            graph.launch(self.xp.cuda.get_current_stream())
 
     def to_device(self, host: np.ndarray):
         with self.device:
@@ -282,6 +310,7 @@ class HostRuntime(_Modules):
         self._modules: dict[str, ctypes.CDLL] = {}
         self._by_kind: dict[tuple[str, str], ctypes.CDLL] = {}
         self._lock = threading.Lock()
+        self.launch_count = 0
 
     def compile(self, source: str) -> ctypes.CDLL:
         digest = source_digest(source)
@@ -309,6 +338,7 @@ class HostRuntime(_Modules):
         return target
 
     def launch(self, module: ctypes.CDLL, kernel: str, grid: int, block: int, args: tuple, shared_bytes: int = 0) -> None:
+        self.launch_count += 1
         fn = getattr(module, kernel)
         cargs = [_ctype(a) for a in args]
         smem = np.zeros(max(shared_bytes, 16) // 16 + 1, dtype=np.dtype((np.void, 16)))
@@ -354,6 +384,20 @@ class HostRuntime(_Modules):
     @staticmethod
     def is_pinned(host: np.ndarray) -> bool:
         return False
+
+    @staticmethod
+    def memset(arr: np.ndarray, byte: int) -> None:
+        arr.reshape(-1).view(np.uint8)[:] = byte
+
+    @staticmethod
+    def capture(record: Callable[[], None]) -> Callable[[], None]:
+        """The emulation's graph: the recording itself, run again at each replay."""
+        return record
+
+    def replay(self, graph: Callable[[], None]) -> None:
+        launches = self.launch_count
+        graph()
+        self.launch_count = launches + 1  # one replay, as on the device
 
     @staticmethod
     def to_device(host: np.ndarray) -> np.ndarray:

@@ -14,6 +14,11 @@ into one set of 2^(c-1) buckets and reduces that set alone: no per-window reduct
 Horner step, whose ~255 dependent doublings on one thread cost ~2 ms at any size. The table is
 reserved apart from the bases (``table_bytes``, not in the key's own footprint) and is a cache:
 the VRAM budget evicts it, while no MSM reads it, before it refuses a reservation.
+
+An MSM never waits for the device before its result: what the scalars decide (entries, the largest
+bucket) stays on the device and the host sizes the launches from bounds (``SortShape``). So a small
+MSM over a window table is captured once as a CUDA graph and replayed (``MsmGraph``), one launch
+where launch latency, not work, was its time.
 """
 
 from __future__ import annotations
@@ -62,7 +67,17 @@ SERIAL_OP_COST = 2_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
-MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by one thread each in msm_bits_horner
+MAX_BIT_PIECES = 32  # blocks per bit in msm_bit_sums, joined by a pairwise tree in msm_bits_combine
+MAX_SEGMENTS = 1 << 18  # segment sums of a window-table MSM's bucket reduction (two rows each: 64 MiB for BN254 G1)
+# A table the budget evicted is built again only after this many MSMs over its bases without it, doubled at each
+# further eviction: under steady VRAM pressure a rebuild (seconds at 2^24) would be evicted again by the next proof.
+TABLE_REBUILD_BACKOFF = 16
+SCAN_THREADS = 1024  # a block of msm_scan_counts
+SCAN_TILE = 1 << 12  # bucket counts scanned by one block of msm_scan_counts (more tiles: a second level)
+SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launch
+# Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
+# work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
+GRAPH_MAX_POINTS = 1 << 18
 
 
 @cache
@@ -84,18 +99,20 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
 @cache
 def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
-    msm_bucket_segments sums 2^log_g buckets, msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at
-    most) — the split with the shortest chain of dependent point operations (``depth``) through them and
-    msm_bits_horner."""
+    msm_bucket_segments sums 2^log_g buckets (at most ``MAX_SEGMENTS`` segments: their sums are two rows each),
+    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the shortest chain of
+    dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by pairwise
+    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)."""
     best = None
-    for log_g in range(log_buckets + 1):
+    for log_g in range(max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1), log_buckets + 1):
         segments = 1 << (log_buckets - log_g)
         block = min(threads, max(1, segments // 2))
+        bits = log_buckets - log_g
         for pieces in (1, 2, 4, 8, 16, MAX_BIT_PIECES):
             if pieces > 1 and pieces * block > segments // 2:
                 break
-            depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces
-                     + 2 * (log_buckets - log_g) + log_g + 1)
+            depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces.bit_length() - 1
+                     + max(0, log_buckets - 1) + bits.bit_length())
             if best is None or depth < best[2]:
                 best = (log_g, pieces, depth)
     return best
@@ -115,6 +132,127 @@ def check_bases(curve: Curve, group: str, bases) -> int:
             f"got {getattr(bases, 'dtype', type(bases).__name__)} {getattr(bases, 'shape', '')}"
         )
     return int(bases.shape[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class SortShape:
+    """Everything about one MSM chunk's launches that the host decides: sizes from n and c and from bounds of what
+    the scalars decide on the device (at most ``windows`` entries per point, a bucket of at most all of them), so
+    that the MSM never waits for the device before its result and a captured graph replays it for any scalars."""
+
+    n: int
+    c: int
+    windows: int
+    table: bool  # one set of 2^(c-1) buckets for every window (window tables), else one set per window
+    sum_words: int  # uint32 words of one XYZZ bucket sum
+    keys: int  # buckets
+    entries: int  # bound of the sorted entries
+    chunk_len: int  # sorted entries summed by one thread
+    chunks: int
+    join_steps: int  # bound of the pairwise join's steps (msm_join_pieces skips those past the largest bucket's)
+    segments_log: int  # windows: log2 of the segments per window (msm_window_segments)
+    reduction: tuple[int, int, int]  # table: (log_g, pieces, block) of the bucket reduction
+    level_rows: tuple[int, ...]  # rows of each reduction level's buffer
+
+    @property
+    def scan_tiles(self) -> int:
+        return -(-self.keys // SCAN_TILE)
+
+    @property
+    def scatter_passes(self) -> int:
+        return max(1, -(-self.entries >> SCATTER_STRETCH_LOG))
+
+    @classmethod
+    @cache
+    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0) -> SortShape:
+        """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
+        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each."""
+        windows = -(-(scalar_bits + 1) // c)
+        log_b = c - 1
+        keys = (1 << log_b) * (1 if table else windows)
+        entries = n * windows
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len or min(32, 1 << max(0, (entries >> 17).bit_length() - 1)))
+        chunks = -(-entries // chunk_len)
+        span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
+        join_steps = max(1, (span - 1).bit_length())
+        if table:
+            threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // (4 * sum_words)).bit_length() - 1)
+            log_g, pieces, _ = reduction_plan(log_b, threads)
+            segments = 1 << (log_b - log_g)
+            reduction = (log_g, pieces, min(threads, max(1, segments // 2)))
+            segments_log, levels = 0, (2 * segments, (log_b - log_g + 1) * pieces)
+        else:
+            log_g = min(log_b, max(3, (keys >> 16).bit_length() - 1))  # ≈ 2^16 threads, at least 8 buckets each
+            segments_log, reduction = log_b - log_g, (0, 0, 0)
+            per_window, rows = 1 << segments_log, [windows << segments_log]
+            while per_window > 1:
+                per_window //= min(32, per_window)
+                rows.append(windows * per_window)
+            levels = tuple(rows)
+        return cls(n, c, windows, table, sum_words, keys, entries, chunk_len, chunks, join_steps, segments_log, reduction, levels)
+
+    @property
+    def work_bytes(self) -> int:
+        """Device bytes of its ``MsmWork``."""
+        sum_bytes = 4 * self.sum_words
+        return (4 * (3 * self.keys + 1) + 4 * (2 * self.scan_tiles + 3) + 4 * (self.scatter_passes + 1) + self.keys * sum_bytes + 4 * self.entries
+                + 2 * self.chunks * (4 + sum_bytes) + sum(self.level_rows) * sum_bytes + sum_bytes + 8)
+
+
+@dataclasses.dataclass
+class MsmWork:
+    """The device buffers of one MSM chunk (``SortShape``), all allocated before its first launch."""
+
+    counts: object
+    offsets: object
+    cursor: object
+    scan: object  # a scan by tiles' scratch: the tiles' totals, their exclusive scan, two words for its own total and max
+    pass_keys: object  # the first key of each window-table scatter pass (msm_pass_keys)
+    entries: object
+    sums: object
+    partial_keys: object
+    partial_sums: object
+    levels: list
+    out: object  # the result's XYZZ row, then the first bad scalar's index, then the largest bucket's entries
+
+    @classmethod
+    def allocate(cls, rt, shape: SortShape) -> MsmWork:
+        u32, w = np.uint32, shape.sum_words
+        return cls(rt.empty(shape.keys, u32), rt.empty(shape.keys + 1, u32), rt.empty(shape.keys, u32), rt.empty(2 * shape.scan_tiles + 3, u32),
+                   rt.empty(shape.scatter_passes + 1, u32), rt.empty(max(1, shape.entries), u32),
+                   rt.empty((shape.keys, w), u32), rt.empty(2 * shape.chunks, u32), rt.empty((2 * shape.chunks, w), u32),
+                   [rt.empty((rows, w), u32) for rows in shape.level_rows], rt.empty(w + 2, u32))
+
+    @property
+    def first_bad(self):
+        return self.out[self.sums.shape[1]:][:1]
+
+    @property
+    def largest(self):
+        return self.out[self.sums.shape[1] + 1:]
+
+
+@dataclasses.dataclass
+class MsmGraph:
+    """A window-table MSM of one shape captured once and replayed (``runtime.capture``): one launch instead of ~30,
+    for the small MSMs whose time is launch latency. It owns its buffers (scalars are copied into ``scalars``) and
+    their reservation; an idle one waits in its bases' ``graphs`` and is a cache like the table it reads."""
+
+    table: object  # the window table it reads
+    shape: SortShape
+    work: MsmWork
+    scalars: object
+    graph: object
+    reservation: VramReservation
+
+    @property
+    def nbytes(self) -> int:
+        return self.reservation.nbytes
+
+    def free(self) -> int:
+        self.work = self.scalars = self.graph = self.table = None
+        self.reservation.release()
+        return self.reservation.nbytes
 
 
 @dataclasses.dataclass
@@ -147,6 +285,9 @@ class CudaMsm:
         self.min_chunk = max(1, int(min_chunk))
         self.window_tables = True  # resident bases get a window table when the budget has room (False: never)
         self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
+        self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
+        self.chunk_len = 0  # sorted entries per accumulating thread (0: SortShape's rule; benchmarks sweep it)
+        self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
         self._local = threading.local()  # .marks: this thread's MSM phase marks (each lane times its own)
@@ -233,22 +374,19 @@ class CudaMsm:
                 bases.free()
 
     # ---------------------------------------------------------------- sizing
-    def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
+    def working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1, table_bits: int = 0) -> int:
         """Upper bound of an n-point MSM's device working set (window chosen for n, with or without a window
-        table); ``buffers`` chunks of bases in flight when they are not resident (2 while the next chunk's upload
-        overlaps this one). A window table itself is the resident bases' (``table_bytes``), not the MSM's."""
+        table; over a table of window ``table_bits`` when given, as a chunk of a larger table's MSM is); ``buffers``
+        chunks of bases in flight when they are not resident (2 while the next chunk's upload overlaps this one).
+        A window table itself is the resident bases' (``table_bytes``), not the MSM's."""
         bits = curve.r.bit_length()
-        point_bytes = point_words(curve, group) * 4
-        sum_bytes = 2 * point_bytes
+        per_point = SCALAR_LIMBS * 4 + (0 if resident else buffers * point_words(curve, group) * 4)
 
         def layout(c: int, table: bool) -> int:
-            windows = -(-(bits + 1) // c)
-            per_point = SCALAR_LIMBS * 4 + 4 * windows + 2 * (sum_bytes + 4) * windows // MIN_CHUNK_LEN
-            per_point += 0 if resident else buffers * point_bytes
-            if table:  # one set of buckets, and the reduction's segment sums (at most two per bucket)
-                return (1 << (c - 1)) * (12 + 3 * sum_bytes) + n * per_point
-            return windows * (1 << (c - 1)) * (12 + sum_bytes) + n * per_point
+            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len).work_bytes + n * per_point
 
+        if table_bits:
+            return layout(table_bits, True)
         need = layout(window_bits(n, bits), False)
         if resident and table_window_bits(n, bits):
             need = max(need, layout(table_window_bits(n, bits), True))
@@ -260,10 +398,11 @@ class CudaMsm:
         c = table_window_bits(n, curve.r.bit_length())
         return 0 if not c else -(-(curve.r.bit_length() + 1) // c) * n * point_words(curve, group) * 4
 
-    def plan(self, curve: Curve, group: str, n: int, resident: bool = False) -> MsmPlan:
+    def plan(self, curve: Curve, group: str, n: int, resident: bool = False, table_bits: int = 0) -> MsmPlan:
         """Points per chunk for an MSM of ``n`` points, and their working set reserved in the VRAM budget.
 
-        Reserves the whole MSM's working set if it fits, idle resident keys evicted for it;
+        ``table_bits``: the MSM runs over a window table of that window (its chunks too). Reserves the whole MSM's
+        working set if it fits, idle resident keys evicted for it;
         else halves the chunk until its working set (scalars, sorted entries, bucket sums,
         partial sums, and two chunks of bases unless resident: one computing, one uploading)
         fits in what is free, evicting nothing. When even ``min_chunk`` points do not fit, it
@@ -274,24 +413,24 @@ class CudaMsm:
         what = f"MSM working set ({n} {curve.name} {group.upper()} points)"
         while True:
             releases = self.vram.releases
-            plan = self._try_plan(curve, group, n, resident, what)
+            plan = self._try_plan(curve, group, n, resident, what, table_bits)
             if plan is not None:
                 return plan
             if not self.vram.wait_for_release(since=releases):
                 smallest = min(n, self.min_chunk)
-                need = self.working_bytes(curve, group, smallest, resident, buffers=1 if smallest == n else 2)
+                need = self.working_bytes(curve, group, smallest, resident, 1 if smallest == n else 2, table_bits)
                 raise VramExhaustedError(
                     f"MSM of {n} {curve.name} {group.upper()} points: {self.vram.available_bytes / 2**20:.2f} MiB of VRAM "
                     f"budget left, too little for even {smallest} points ({need / 2**20:.2f} MiB)"
                 )
 
-    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str) -> MsmPlan | None:
-        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident), what, transient=True)
+    def _try_plan(self, curve: Curve, group: str, n: int, resident: bool, what: str, table_bits: int) -> MsmPlan | None:
+        whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident, table_bits=table_bits), what, transient=True)
         if whole is not None:
             return MsmPlan(n, whole)
         chunk = min(n, (1 << 31) // 32)
         while True:
-            need = self.working_bytes(curve, group, chunk, resident, buffers=1 if chunk == n else 2)
+            need = self.working_bytes(curve, group, chunk, resident, 1 if chunk == n else 2, table_bits)
             reservation = self.vram.try_reserve(need, what, evict=False, transient=True)
             if reservation is not None:
                 return MsmPlan(chunk, reservation)
@@ -306,12 +445,16 @@ class CudaMsm:
         it is tried again next time).
 
         It is reserved apart from the bases (``table_bytes``), never evicting anything for it, given back with them,
-        and evicted by the budget (``evict_idle``) when no MSM reads it and a reservation needs the room. Built on
+        and evicted by the budget (``evict_idle``) when no MSM reads it and a reservation needs the room; after an
+        eviction, ``TABLE_REBUILD_BACKOFF`` (doubling) MSMs run without it before it is built again. Built on
         the calling lane's stream and waited for, so other lanes may read it at once.
         """
         if not self.window_tables:
             return None
         with self._tables_lock:
+            if bases.table is None and bases.table_wait:
+                bases.table_wait -= 1
+                return None
             if bases.table is None and not self._build_table(bases):
                 return None
             bases.table_users += 1
@@ -328,7 +471,7 @@ class CudaMsm:
         c = self.table_window or table_window_bits(n, curve.r.bit_length())
         windows = -(-(curve.r.bit_length() + 1) // c) if c else 0
         nbytes = windows * n * point_words(curve, group) * 4
-        if not c or nbytes + self.working_bytes(curve, group, n, resident=True) > self.vram.available_bytes:
+        if not c or nbytes + self.working_bytes(curve, group, n, resident=True, table_bits=c) > self.vram.available_bytes:
             return False
         reservation = self.vram.try_reserve(nbytes, f"{curve.name} {group.upper()} window table ({n} points)", evict=False)
         if reservation is None:
@@ -346,19 +489,26 @@ class CudaMsm:
         return True
 
     def idle_bytes(self) -> int:
-        """Bytes of window tables no MSM reads now (the VRAM budget's evictor protocol)."""
+        """Bytes of window tables no MSM reads now, and of idle MSM graphs (the VRAM budget's evictor protocol)."""
         with self._tables_lock:
-            return sum(b.table_reservation.nbytes for b in self._tabled if b.table_reservation is not None and not b.table_users)
+            return sum(sum(g.nbytes for g in b.graphs) + (b.table_reservation.nbytes if b.table_reservation is not None
+                                                          and not b.table_users else 0) for b in self._tabled)
 
     def evict_idle(self, nbytes: int) -> int:
-        """Free idle window tables, oldest first, until ``nbytes`` are given back; the bytes freed."""
+        """Free idle MSM graphs (cheap to capture again), then idle window tables, oldest first, until ``nbytes`` are
+        given back; the bytes freed."""
         freed = 0
         with self._tables_lock:
+            for bases in self._tabled:
+                while freed < nbytes and bases.graphs:
+                    freed += bases.graphs.pop().free()
             for bases in list(self._tabled):
                 if bases.table is None:
                     self._tabled.remove(bases)
                 elif freed < nbytes and not bases.table_users:
                     freed += bases.drop_table()
+                    bases.table_evictions += 1
+                    bases.table_wait = self.table_backoff << min(bases.table_evictions - 1, 16)
                     self._tabled.remove(bases)
         return freed
 
@@ -380,10 +530,50 @@ class CudaMsm:
             return None
         table = self._acquire_table(bases) if resident else None
         try:
-            return self._msm(curve, group, bases, scalars, n, table)
+            graph = self._acquire_graph(bases, table) if table is not None else None
+            if graph is None:
+                return self._msm(curve, group, bases, scalars, n, table)
+            try:
+                graph.scalars[...] = self.gpu.device_view(scalars)[0]
+                self.runtime.replay(graph.graph)
+                return self._result(curve, group, graph.shape, graph.work, 0)
+            finally:
+                self._release_graph(bases, graph)
         finally:
             if table is not None:
                 self._release_table(bases)
+
+    def _acquire_graph(self, bases: DeviceBases, table) -> MsmGraph | None:
+        """An idle captured MSM over ``bases``' window ``table`` (table, c), captured now when none is idle; None when
+        graphs are off or do not pay at this size, phases are being timed, or the budget has no room for its buffers
+        (then the MSM runs its launches itself)."""
+        if not self.graphs or bases.n > GRAPH_MAX_POINTS or self.phase_log is not None:
+            return None
+        with self._tables_lock:
+            if bases.graphs:
+                return bases.graphs.pop()
+        curve, group, n = bases.curve, bases.group, bases.n
+        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len)
+        reservation = self.vram.try_reserve(shape.work_bytes + n * SCALAR_LIMBS * 4,
+                                            f"{curve.name} {group.upper()} MSM graph ({n} points)", evict=False)
+        if reservation is None:
+            return None
+        try:
+            work, scalars = MsmWork.allocate(self.runtime, shape), self.runtime.empty((n, SCALAR_LIMBS), np.uint32)
+            mod = self.runtime.module(curve, f"msm_{group}")
+            graph = self.runtime.capture(lambda: self._launch_msm(mod, shape, work, scalars, table[0], n, 0))
+        except BaseException:
+            reservation.release()
+            raise
+        return MsmGraph(table[0], shape, work, scalars, graph, reservation)
+
+    def _release_graph(self, bases: DeviceBases, graph: MsmGraph) -> None:
+        """Back among its bases' idle graphs while the table it reads is still theirs; freed otherwise."""
+        with self._tables_lock:
+            if bases.table is graph.table:
+                bases.graphs.append(graph)
+                return
+        graph.free()
 
     def _msm(self, curve: Curve, group: str, bases, scalars, n: int, table) -> Point:
         """The MSM in chunks of its plan, over the window ``table`` (table, c) of resident bases when it has one."""
@@ -395,7 +585,7 @@ class CudaMsm:
         lane = self.gpu.lane()  # the copy thread uploads for this proof's lane
 
         total: Point = None
-        with self.plan(curve, group, n, resident) as plan:  # the reservation covers two chunk buffers when chunked
+        with self.plan(curve, group, n, resident, table[1] if table is not None else 0) as plan:  # the reservation covers two chunk buffers when chunked
             chunk = plan.chunk
             chunks = [(start, min(n, start + chunk)) for start in range(0, n, chunk)]
             buffers = 2 if from_host and len(chunks) > 1 and self.overlap else 1
@@ -439,114 +629,97 @@ class CudaMsm:
         """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
         that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
         buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
-        xp, rt = self.xp, self.runtime
-        n = int(scalars.shape[0])
-        windows = -(-(curve.r.bit_length() + 1) // c)
-        dev_scalars = self.gpu.device_view(scalars)[0]
-        buckets = 1 << (c - 1)
-        keys_total = buckets if table_stride else windows * buckets
-        sum_words = 2 * point_words(curve, group)
-
+        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len)
+        work = MsmWork.allocate(self.runtime, shape)
         self._phase("start")
-        counts = xp.zeros(keys_total, dtype=np.uint32)
-        first_bad = xp.full(1, 0xFFFFFFFF, dtype=np.uint32)
+        self._launch_msm(mod, shape, work, self.gpu.device_view(scalars)[0], points, table_stride, offset)
+        return self._result(curve, group, shape, work, offset)
+
+    def _launch_msm(self, mod, shape: SortShape, work: MsmWork, scalars, points, table_stride: int, offset: int) -> None:
+        """Queue the whole MSM into ``work``'s buffers: launches and memsets only, no allocation and no wait for the
+        device, so that it can be captured as a graph. The sizes that depend on the scalars (the entries, the largest
+        bucket) stay on the device; the host sizes grids and join steps from their bounds (``SortShape``)."""
+        rt, sh = self.runtime, shape
+        n, c, windows, keys = sh.n, sh.c, sh.windows, sh.keys
+        rt.memset(work.counts, 0)
+        rt.memset(work.first_bad, 0xFF)  # none yet
+        rt.memset(work.largest, 0)
         blocks = -(-n // THREADS)
-        rt.launch(mod, "msm_count", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows),
-                                                      np.uint32(0 if table_stride else 0xFFFFFFFF), counts, first_bad))
+        rt.launch(mod, "msm_count", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(windows),
+                                                      np.uint32(0 if table_stride else 0xFFFFFFFF), work.counts, work.first_bad))
         self._phase("count")
-        offsets = xp.zeros(keys_total + 1, dtype=np.uint32)
-        xp.cumsum(counts, dtype=np.uint32, out=offsets[1:])
-        # The MSM's one wait for the device: the first bad scalar, the entries, the largest bucket.
-        bad, count, largest = (int(v) for v in rt.to_host(xp.concatenate((first_bad, offsets[-1:], counts.max(keepdims=True)))))
-        if bad != 0xFFFFFFFF:
-            raise ScalarOutOfRangeError(offset + bad, curve)
-        if count == 0:
-            self._marks().clear()
-            return None
-        cursor = offsets[:-1].copy()
-        del counts
-        entries = xp.empty(count, dtype=np.uint32)
+        tiles, scan = sh.scan_tiles, work.scan
+        rt.launch(mod, "msm_scan_counts", tiles, SCAN_THREADS, (work.counts, np.uint32(keys), np.uint32(SCAN_TILE), work.offsets, work.cursor,
+                                                                scan[:tiles], work.largest), shared_bytes=4 * 4 * SCAN_THREADS)
+        if tiles > 1:  # scan the tiles' totals, then add them in
+            tile_offsets = scan[tiles: 2 * tiles + 1]
+            rt.launch(mod, "msm_scan_counts", 1, SCAN_THREADS, (scan[:tiles], np.uint32(tiles), np.uint32(tiles), tile_offsets, tile_offsets,
+                                                                scan[2 * tiles + 1:], scan[2 * tiles + 2:]), shared_bytes=4 * 4 * SCAN_THREADS)
+            rt.launch(mod, "msm_scan_add", grid(keys + 1), THREADS, (work.offsets, work.cursor, np.uint32(keys), np.uint32(SCAN_TILE),
+                                                                     tile_offsets, np.uint32(tiles)))
         self._phase("scan")
-        if table_stride:  # one launch per stretch of ≤ 2^24 entries (64 MiB, about what L2 holds) of the sorted order
-            passes = max(1, count >> 24)
-            for p in range(passes):
+        if table_stride:  # one launch per stretch of 2^24 sorted entries (64 MiB, about what L2 holds)
+            rt.launch(mod, "msm_pass_keys", grid(sh.scatter_passes + 1), THREADS, (work.offsets, np.uint32(keys), np.uint32(sh.scatter_passes),
+                                                                                  np.uint32(SCATTER_STRETCH_LOG), work.pass_keys))
+            for p in range(sh.scatter_passes):
                 rt.launch(mod, "msm_scatter_table", blocks, THREADS,
-                          (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(windows), np.uint64(table_stride), np.uint64(offset),
-                           np.uint32(p * keys_total // passes), np.uint32((p + 1) * keys_total // passes), cursor, entries))
+                          (scalars, np.uint64(n), np.uint32(c), np.uint32(windows), np.uint64(table_stride), np.uint64(offset),
+                           work.pass_keys, np.uint32(p), work.cursor, work.entries))
         else:
             for window in range(windows):
-                rt.launch(mod, "msm_scatter", blocks, THREADS, (dev_scalars, np.uint64(n), np.uint32(c), np.uint32(window), cursor, entries))
-        del cursor
+                rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))
         self._phase("scatter")
-
-        sums = xp.zeros((keys_total, sum_words), dtype=np.uint32)
-        chunk_len = max(MIN_CHUNK_LEN, min(32, 1 << max(0, (count >> 17).bit_length() - 1)))
-        chunks = -(-count // chunk_len)
-        partial_keys = xp.empty(2 * chunks, dtype=np.uint32)
-        partial_sums = xp.empty((2 * chunks, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_accumulate_bases", grid(chunks), THREADS,
-                  (offsets, np.uint32(keys_total), entries, points, np.uint64(count), np.uint32(chunk_len), sums, partial_keys, partial_sums))
-        del entries
+        rt.memset(work.sums, 0)
+        rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
+                  (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
-        span = (largest + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket touches
-        steps = max(1, (span - 1).bit_length())  # a pairwise tree
-        for step in range(steps):
-            rt.launch(mod, "msm_join_pieces", grid(chunks), THREADS, (offsets, np.uint32(chunk_len), np.uint64(chunks), np.uint32(1 << step),
-                                                                       np.uint32(step + 1 == steps), partial_keys, partial_sums, sums))
-        del partial_keys, partial_sums, offsets
+        for step in range(sh.join_steps):
+            rt.launch(mod, "msm_join_pieces", grid(sh.chunks), THREADS, (work.offsets, np.uint32(keys), work.largest, np.uint32(sh.chunk_len),
+                                                                          np.uint32(step), work.partial_keys, work.partial_sums, work.sums))
         self._phase("partials")
-
         if table_stride:
-            result = self._reduce_buckets(mod, sums, c - 1, sum_words)
+            self._reduce_buckets(mod, sh, work)
         else:
-            result = self._reduce_windows(mod, sums, windows, c, sum_words)
+            self._reduce_windows(mod, sh, work)
         self._phase("horner")
+
+    def _result(self, curve: Curve, group: str, shape: SortShape, work: MsmWork, offset: int) -> Point:
+        """The MSM's one wait for the device: its sum and the first bad scalar, in one copy."""
+        out = self.runtime.to_host(work.out)
         if self.phase_log is not None:
             self._flush_phases()
-        return xyzz_to_affine(curve, group, rt.to_host(result)[0])
+        bad = int(out[shape.sum_words])
+        if bad != 0xFFFFFFFF:
+            raise ScalarOutOfRangeError(offset + bad, curve)
+        return xyzz_to_affine(curve, group, out[: shape.sum_words])
 
-    def _reduce_windows(self, mod, sums, windows: int, c: int, sum_words: int):
-        """Σ_w 2^(c·w)·Σ_b (b + 1)·sums[w·2^(c-1) + b], as one XYZZ row: each window's sum, then Horner."""
-        xp, rt = self.xp, self.runtime
-        keys_total = windows << (c - 1)
-        log_b = c - 1
-        log_g = min(log_b, max(3, (keys_total >> 16).bit_length() - 1))  # ≈ 2^16 threads, at least 8 buckets each
-        per_window = 1 << (log_b - log_g)
-        segments = xp.empty((windows * per_window, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_window_segments", grid(windows * per_window), THREADS,
-                  (sums, np.uint32(windows), np.uint32(log_b), np.uint32(log_g), segments))
-        del sums
-        while per_window > 1:
+    def _reduce_windows(self, mod, shape: SortShape, work: MsmWork) -> None:
+        """Σ_w 2^(c·w)·Σ_b (b + 1)·sums[w·2^(c-1) + b] into work.out: each window's sum, then Horner."""
+        rt, sh = self.runtime, shape
+        log_b = sh.c - 1
+        rt.launch(mod, "msm_window_segments", grid(sh.windows << sh.segments_log), THREADS,
+                  (work.sums, np.uint32(sh.windows), np.uint32(log_b), np.uint32(log_b - sh.segments_log), work.levels[0]))
+        per_window = 1 << sh.segments_log
+        for below, level in zip(work.levels, work.levels[1:]):
             run = min(32, per_window)
             per_window //= run
-            reduced = xp.empty((windows * per_window, sum_words), dtype=np.uint32)
-            rt.launch(mod, "msm_sum_runs", grid(windows * per_window), THREADS,
-                      (segments, np.uint64(windows * per_window), np.uint32(run), reduced))
-            segments = reduced
+            rt.launch(mod, "msm_sum_runs", grid(sh.windows * per_window), THREADS,
+                      (below, np.uint64(sh.windows * per_window), np.uint32(run), level))
         self._phase("windows")
-        result = xp.empty((1, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_horner", 1, 32, (segments, np.uint32(windows), np.uint32(c), result))
-        return result
+        rt.launch(mod, "msm_horner", 1, 32, (work.levels[-1], np.uint32(sh.windows), np.uint32(sh.c), work.out))
 
-    def _reduce_buckets(self, mod, sums, log_b: int, sum_words: int):
-        """Σ_b (b + 1)·sums[b] over the 2^log_b buckets of a window-table MSM, as one XYZZ row."""
-        xp, rt = self.xp, self.runtime
-        sum_bytes = 4 * sum_words
-        threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // sum_bytes).bit_length() - 1)
-        log_g, pieces, _ = reduction_plan(log_b, threads)
-        segments = 1 << (log_b - log_g)
-        block = min(threads, max(1, segments // 2))
-        parts = xp.empty((2 * segments, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_bucket_segments", grid(segments), THREADS, (sums, np.uint32(segments), np.uint32(log_g), parts))
-        bits = log_b - log_g
-        bit_sums = xp.empty(((bits + 1) * pieces, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_bit_sums", (bits + 1) * pieces, block, (parts, np.uint32(segments), np.uint32(bits), np.uint32(pieces), bit_sums),
-                  shared_bytes=block * sum_bytes)
+    def _reduce_buckets(self, mod, shape: SortShape, work: MsmWork) -> None:
+        """Σ_b (b + 1)·sums[b] over the 2^(c-1) buckets of a window-table MSM into work.out."""
+        rt, sh = self.runtime, shape
+        log_g, pieces, block = sh.reduction
+        segments = 1 << (sh.c - 1 - log_g)
+        rt.launch(mod, "msm_bucket_segments", grid(segments), THREADS, (work.sums, np.uint32(segments), np.uint32(log_g), work.levels[0]))
+        bits = sh.c - 1 - log_g
+        rt.launch(mod, "msm_bit_sums", (bits + 1) * pieces, block, (work.levels[0], np.uint32(segments), np.uint32(bits), np.uint32(pieces),
+                                                                    work.levels[1]), shared_bytes=block * 4 * sh.sum_words)
         self._phase("windows")
-        result = xp.empty((1, sum_words), dtype=np.uint32)
-        rt.launch(mod, "msm_bits_horner", 1, 32, (bit_sums, np.uint32(bits), np.uint32(pieces), np.uint32(log_g), result),
-                  shared_bytes=32 * sum_bytes)
-        return result
+        rt.launch(mod, "msm_bits_combine", 1, min(MAX_REDUCTION_THREADS, 1 << ((bits + 1) * pieces).bit_length()),
+                  (work.levels[1], np.uint32(bits), np.uint32(pieces), np.uint32(log_g), work.out))
 
 
 def xyzz_to_affine(curve: Curve, group: str, words: np.ndarray) -> Point:

@@ -191,8 +191,8 @@ class DeviceBases:
     window table once an MSM has built one (msm.py: 2^(c·w)·P_i for every window w of
     ``table_bits`` = c, under a reservation of its own, ``table_reservation``, read by
     ``table_users`` MSMs now), None before, when the budget had no room for it, or after the
-    budget evicted it. ``free()`` gives all of it and its reservations back (the key manager
-    calls it on eviction).
+    budget evicted it (then ``table_wait`` MSMs run without it before it is built again).
+    ``free()`` gives all of it and its reservations back (the key manager calls it on eviction).
     """
 
     curve: Curve
@@ -203,6 +203,9 @@ class DeviceBases:
     table_bits: int = 0
     table_reservation: VramReservation | None = None
     table_users: int = 0
+    graphs: list = field(default_factory=list)  # idle captured MSMs over the table (msm.MsmGraph)
+    table_evictions: int = 0  # times the budget evicted the table for room
+    table_wait: int = 0  # MSMs over these bases still to run without a table before it is built again
 
     @property
     def n(self) -> int:
@@ -210,8 +213,9 @@ class DeviceBases:
 
     @property
     def nbytes(self) -> int:
-        """VRAM held: the bases and their window table when one was built."""
-        return self.reservation.nbytes + (self.table_reservation.nbytes if self.table_reservation is not None else 0)
+        """VRAM held: the bases, their window table when one was built, and its idle MSM graphs."""
+        return (self.reservation.nbytes + (self.table_reservation.nbytes if self.table_reservation is not None else 0)
+                + sum(g.nbytes for g in self.graphs))
 
     def free(self) -> None:
         self.points = None
@@ -219,12 +223,14 @@ class DeviceBases:
         self.drop_table()
 
     def drop_table(self) -> int:
-        """Free the window table (none may be reading it); the bytes given back."""
+        """Free the window table and the idle MSM graphs over it (none may be reading it); the bytes given back."""
+        freed = sum(g.free() for g in self.graphs)
+        self.graphs = []
         held, self.table, self.table_bits, self.table_reservation = self.table_reservation, None, 0, None
         if held is None:
-            return 0
+            return freed
         held.release()
-        return held.nbytes
+        return freed + held.nbytes
 
     def __len__(self) -> int:
         return self.n

@@ -63,6 +63,11 @@ inline u32 atomicAdd(u32* address, u32 value) {
     *address = old + value;
     return old;
 }
+inline u32 atomicMax(u32* address, u32 value) {
+    u32 old = *address;
+    if (value > old) *address = value;
+    return old;
+}
 inline u32 atomicMin(u32* address, u32 value) {
     u32 old = *address;
     if (value < old) *address = value;

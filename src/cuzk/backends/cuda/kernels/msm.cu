@@ -3,12 +3,14 @@
 // Built once per (curve, group); the generated prelude defines FqParams, FrParams and,
 // for G2, CUZK_G2. Scalars are (n, 8) standard-form limb rows, bases affine Montgomery.
 //
-// 1. msm_count / msm_scatter: each scalar is cut into signed base-2^c digits
+// 1. msm_count / msm_scan_counts / msm_scatter: each scalar is cut into signed base-2^c digits
 //    (digit in (-2^(c-1), 2^(c-1)]); a non-zero digit d of window w is an entry
 //    (point index, sign of d) under the key w·2^(c-1) + |d| - 1. A counting sort places
 //    the entries grouped by key; the keys themselves are not stored, the bucket offsets
 //    (the scan of the counts) say where each key's entries are. Zero digits make no
-//    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing.
+//    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing. The entry
+//    count and the largest bucket stay on the device: later kernels read them, and the host
+//    sizes their grids from bounds, so an MSM is one sequence of launches without a wait.
 // 2. msm_accumulate_bases + msm_join_pieces: the sorted entries are cut into equal chunks,
 //    one per thread, so a bucket holding millions of entries (all the witness's 1s) is
 //    spread over many threads. A run of one key that is a whole bucket is written to `sums`;
@@ -21,7 +23,7 @@
 // Resident bases may carry a window table (msm_window_table: 2^(c·w)·P_i for every window w,
 // affine, built once). Then every window's digits go to one set of 2^(c-1) buckets, each
 // entry naming its window's multiple (msm_scatter_table), and steps 3-4 become one bucket
-// reduction (msm_bucket_segments, msm_bit_sums, msm_bits_horner) whose longest chain of
+// reduction (msm_bucket_segments, msm_bit_sums, msm_bits_combine) whose longest chain of
 // dependent operations is ~c doublings instead of the ~255 of step 4's Horner.
 #include "group.cuh"
 
@@ -122,12 +124,36 @@ CUZK_KERNEL void msm_scatter(const u32* scalars, u64 n, u32 c, u32 window, u32* 
     }
 }
 
+// The least key k <= keys with offsets[k] >= at (offsets[keys] is the entry count).
+CUZK_HD u32 first_key_from(const u32* offsets, u32 keys, u64 at) {
+    u32 lo = 0, hi = keys;  // the answer is in [lo, hi]
+    while (lo < hi) {
+        const u32 mid = lo + (hi - lo) / 2;
+        if (offsets[mid] >= at) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
+// pass_keys[p] = the least key whose entries start at or after p·2^stretch_log of the sorted order
+// (keys when none), p <= passes: the key range of each msm_scatter_table launch, found once.
+CUZK_KERNEL void msm_pass_keys(const u32* offsets, u32 keys, u32 passes, u32 stretch_log, u32* pass_keys) {
+    CUZK_THREADS(tid) {
+        const u64 p = CUZK_GLOBAL_INDEX(tid);
+        if (p <= passes) pass_keys[p] = first_key_from(offsets, keys, p << stretch_log);
+    }
+}
+
 // Window-table form of msm_scatter: every window's entries under the one set of keys |d| - 1, each
 // entry the table row of its base's multiple (w·stride + first + i, stride = the table's points
-// per window, first = this chunk's first point). One launch places only the keys in
-// [key_lo, key_hi), so its scattered writes stay within one stretch of `entries`.
-CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows, u64 stride, u64 first, u32 key_lo,
-                                   u32 key_hi, u32* cursor, u32* entries) {
+// per window, first = this chunk's first point). Launch `pass` places only the keys in
+// [pass_keys[pass], pass_keys[pass + 1]) (msm_pass_keys: those whose entries start in its stretch
+// of the sorted order), so its scattered writes stay within one stretch of `entries`; the host
+// launches passes for a bound of the entries, and those past the real count return at once.
+CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows, u64 stride, u64 first, const u32* pass_keys,
+                                   u32 pass, u32* cursor, u32* entries) {
+    const u32 key_lo = pass_keys[pass], key_hi = pass_keys[pass + 1];
+    if (key_lo >= key_hi) return;
     CUZK_THREADS(tid) {
         const u64 i = CUZK_GLOBAL_INDEX(tid);
         const Scalar s = load_scalar(scalars, i, n);
@@ -140,6 +166,69 @@ CUZK_KERNEL void msm_scatter_table(const u32* scalars, u64 n, u32 c, u32 windows
             const u32 pos = warp_increment(cursor, key, active);
             if (active) entries[pos] = (u32)(w * stride + first + i) | (d < 0 ? SIGN_BIT : 0);
         }
+    }
+}
+
+// Exclusive scan of counts[0 .. keys) by tiles of `tile` keys, one block (blockDim.x a power of two,
+// 4·blockDim.x u32 of shared memory: two ping-pong pairs of per-thread sums and maxima for a
+// Hillis-Steele scan) per tile, each thread a stretch of it: offsets[k] = the sum of the tile's
+// counts before k, tile_sums[b] = tile b's total, largest[0] = max(largest[0], its largest count)
+// when largest is given. With one tile (gridDim.x = 1) the scan is complete: it also writes
+// offsets[keys] (the entries) and cursor[k] = offsets[k]; with several, msm_scan_counts on
+// tile_sums and msm_scan_add finish it. The counts, entries and largest bucket stay on the device:
+// the scatter, accumulation and joins read them, so the host never waits for them.
+CUZK_KERNEL void msm_scan_counts(const u32* counts, u32 keys, u32 tile, u32* offsets, u32* cursor, u32* tile_sums, u32* largest) {
+    CUZK_DYNAMIC_SMEM(u32, smem);
+    const u32 first = blockIdx.x * tile, last = first + tile < keys ? first + tile : keys;
+    const u32 per = (tile + blockDim.x - 1) / blockDim.x;
+    CUZK_THREADS(tid) {
+        u32 sum = 0, most = 0;
+        const u32 lo = first + tid * per, hi = lo + per < last ? lo + per : last;
+        for (u32 k = lo; k < hi; k++) {
+            const u32 v = counts[k];
+            sum += v;
+            most = v > most ? v : most;
+        }
+        smem[tid] = sum;
+        smem[2 * blockDim.x + tid] = most;
+    }
+    u32 src = 0;
+    for (u32 d = 1; d < blockDim.x; d <<= 1) {
+        CUZK_THREADS(tid) {
+            const u32* sums_in = smem + src * blockDim.x;
+            const u32* most_in = smem + (2 + src) * blockDim.x;
+            const u32 m = tid >= d ? most_in[tid - d] : 0;
+            smem[(1 - src) * blockDim.x + tid] = sums_in[tid] + (tid >= d ? sums_in[tid - d] : 0);
+            smem[(3 - src) * blockDim.x + tid] = most_in[tid] > m ? most_in[tid] : m;
+        }
+        src = 1 - src;
+    }
+    CUZK_THREADS(tid) {
+        const u32* inclusive = smem + src * blockDim.x;
+        u32 run = tid ? inclusive[tid - 1] : 0;
+        const u32 lo = first + tid * per, hi = lo + per < last ? lo + per : last;
+        for (u32 k = lo; k < hi; k++) {
+            offsets[k] = run;
+            if (gridDim.x == 1) cursor[k] = run;
+            run += counts[k];
+        }
+        if (tid == blockDim.x - 1) {
+            tile_sums[blockIdx.x] = inclusive[tid];
+            if (gridDim.x == 1) offsets[keys] = inclusive[tid];
+            if (largest) atomicMax(largest, smem[(2 + src) * blockDim.x + tid]);
+        }
+    }
+}
+
+// The second half of a scan by tiles: offsets[k] += tile_offsets[k / tile] (the exclusive scan of the
+// tiles' totals, tile_offsets[tiles] = the entries), cursor[k] = offsets[k], offsets[keys] = the entries.
+CUZK_KERNEL void msm_scan_add(u32* offsets, u32* cursor, u32 keys, u32 tile, const u32* tile_offsets, u32 tiles) {
+    CUZK_THREADS(tid) {
+        const u64 k = CUZK_GLOBAL_INDEX(tid);
+        if (k > keys) continue;
+        const u32 v = k == keys ? tile_offsets[tiles] : offsets[k] + tile_offsets[k / tile];
+        offsets[k] = v;
+        if (k < keys) cursor[k] = v;
     }
 }
 
@@ -182,9 +271,11 @@ CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, 
     }
 }
 
-CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases, u64 count,
+// The entry count is offsets[keys_total] (the grid covers a bound of it, not the count itself).
+CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases,
                                       u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
     CUZK_THREADS(tid) {
+        const u64 count = offsets[keys_total];
         const u64 chunk = CUZK_GLOBAL_INDEX(tid);
         const u64 start = chunk * chunk_len;
         if (start >= count) continue;
@@ -220,15 +311,22 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
 // the slot-1 partial sum of chunk j0, the chunk of its first entry (piece 0), and the slot-0
 // partial sums of the chunks after it up to the chunk j1 of its last entry (piece j - j0 at
 // chunk j). Steps half = 1, 2, 4, ... form a pairwise tree: piece i (i a multiple of 2·half)
-// takes in piece i + half, which no thread writes in this step; the `last` step (half at least
-// the longest span, read off the largest bucket) writes piece 0, the bucket's sum, to sums[k].
+// takes in piece i + half, which no thread writes in this step; the last step (half at least
+// the longest span, read off the largest bucket on the device) writes piece 0, the bucket's sum, to
+// sums[k]. The host launches steps for a bound of that span; the steps past the last do nothing.
 // (A fan-in of 4 halves the steps but idles three lanes in four while the fourth adds three
 // times: at 2^24 it took 20.6 ms against this one's 13.3, GPU_NOTES v5.)
-CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 chunk_len, u64 chunks, u32 half, u32 last, const u32* partial_keys,
-                                 Sum* partial_sums, Sum* sums) {
+CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* largest, u32 chunk_len, u32 step,
+                                 const u32* partial_keys, Sum* partial_sums, Sum* sums) {
+    const u64 span = ((u64)largest[0] + 2 * (u64)chunk_len - 2) / chunk_len;  // the most chunks one bucket touches
+    u32 steps = 1;
+    while ((1ull << steps) < span) steps++;
+    if (step >= steps) return;  // the whole launch: a step past the largest bucket's
+    const u32 half = 1u << step;
+    const bool last = step + 1 == steps;
     CUZK_THREADS(tid) {
         const u64 j = CUZK_GLOBAL_INDEX(tid);
-        if (j >= chunks) continue;
+        if (j * chunk_len >= offsets[keys_total]) continue;
         for (u32 slot = 0; slot < 2; slot++) {
             const u32 k = partial_keys[2 * j + slot];
             if (k == NO_KEY) continue;
@@ -375,22 +473,33 @@ CUZK_KERNEL void msm_bit_sums(const Sum* parts, u32 segments, u32 bits, u32 piec
     }
 }
 
-// out[0] = 2^log_g·Σ_b 2^b·T_b + A, T_b the sum of bit b's `pieces` partial sums and A that of
-// the last `pieces` (msm_bit_sums): thread b <= bits (bits < blockDim.x) joins bit b's pieces,
-// then thread 0 runs Horner over the bits.
-CUZK_KERNEL void msm_bits_horner(const Sum* bit_sums, u32 bits, u32 pieces, u32 log_g, Sum* out) {
-    CUZK_DYNAMIC_SMEM(Sum, per_bit);
-    CUZK_THREADS(tid) {
-        if (tid > bits) continue;
-        Sum acc = bit_sums[tid * pieces];
-        for (u32 q = 1; q < pieces; q++) acc = acc.add(bit_sums[tid * pieces + q]);
-        per_bit[tid] = acc;
+// out[0] = 2^log_g·Σ_b 2^b·T_b + A, T_b the sum of bit b's `pieces` partial sums and A that of the
+// last `pieces` (msm_bit_sums), with no long chain on one thread: the pieces of each bit joined by a
+// pairwise tree, each T_b doubled b + log_g times by a thread of its own, then a pairwise tree over
+// the bits (the Horner it replaced ran 2·bits dependent operations on one thread). One block of
+// any size; bit_sums is its scratch (a block's global writes are seen by its threads after each
+// phase's barrier).
+CUZK_KERNEL void msm_bits_combine(Sum* bit_sums, u32 bits, u32 pieces, u32 log_g, Sum* out) {
+    const u32 items = (bits + 1) * pieces;
+    for (u32 half = 1; half < pieces; half <<= 1) {  // pieces is a power of two: a pair never straddles two bits
+        CUZK_THREADS(tid) {
+            for (u32 i = tid * 2 * half; i < items; i += blockDim.x * 2 * half) bit_sums[i] = bit_sums[i].add(bit_sums[i + half]);
+        }
     }
     CUZK_THREADS(tid) {
-        if (tid != 0) continue;
-        Sum acc = Sum::infinity();
-        for (i32 b = (i32)bits - 1; b >= 0; b--) acc = acc.dbl().add(per_bit[b]);
-        for (u32 g = 0; g < log_g; g++) acc = acc.dbl();
-        out[0] = acc.add(per_bit[bits]);
+        for (u32 b = tid; b < bits; b += blockDim.x) {
+            Sum acc = bit_sums[b * pieces];
+            for (u32 k = 0; k < b + log_g; k++) acc = acc.dbl();
+            bit_sums[b * pieces] = acc;
+        }
+    }
+    for (u32 half = 1; half <= bits; half <<= 1) {
+        CUZK_THREADS(tid) {
+            for (u32 b = tid * 2 * half; b + half <= bits; b += blockDim.x * 2 * half)
+                bit_sums[b * pieces] = bit_sums[b * pieces].add(bit_sums[(b + half) * pieces]);
+        }
+    }
+    CUZK_THREADS(tid) {
+        if (tid == 0) out[0] = bit_sums[0];
     }
 }
