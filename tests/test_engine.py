@@ -528,15 +528,16 @@ def _touch(nbytes: int) -> np.ndarray:
 def test_jobs_that_always_overlap_still_calibrate_their_circuit_from_a_shared_peak(make_engine):
     """Two jobs admitted together, each allocating 16 MiB, never run alone: the window in which both hold their
     memory (32 MiB read from the kernel's high-water mark) is attributed in proportion to their reservations, 16 MiB
-    each, and the circuit's reservation becomes [1, 1.2]× that."""
+    each, and once a job ends the circuit's reservation becomes [1, 1.2]× that."""
     if not PeakProbe().available:
         pytest.skip("no /proc/self/clear_refs here: peaks cannot be measured")
     engine = make_engine(start=False, measure_peaks=True)
     _admitted(engine).release()  # the circuit's first job in this process is never measured (numba's JIT)
     assert engine.status()["peaks"] == {}
-    a, b = _admitted(engine), _admitted(engine)
+    a, b = _admitted(engine), _admitted(engine)  # the window {a} closed before a allocated anything ...
     blocks = [_touch(16 << 20), _touch(16 << 20)]
     del blocks
+    assert engine.status()["peaks"] == {}  # ... and lowers nothing: a job's share counts once its whole life was seen
     a.release()  # closes the window {a, b}: both blocks were alive in it, and only in it
     b.release()
     peak = engine.status()["peaks"]["small"]["cpu"]

@@ -13,20 +13,22 @@ so that within a window the set of jobs and their reservations are fixed. Each w
 process's anonymous-memory peak above the *busy baseline* (its anonymous memory when the engine
 last went from idle to busy: runtime and keys, no job) with the kernel's high-water mark
 (``memory.process.PeakProbe``, reset as the window opens), and attributes it to the window's jobs
-in proportion to what they reserve: q = peak ÷ the jobs' reservations now, and each job's
-circuit is implied a peak of q × its full working-set reservation. Alone in its a/b/c phase a
-job's implied peak is its own measured peak; with several jobs at staggered phases (the usual
-case under load) it is the per-job share that, reserved by every job, would have covered the
-window's peak. The largest implied peak per circuit and proving path (kept in the journal's
-``working_set_peaks``) calibrates that circuit's later reservations into [1, 1.2]× it
-(``prover.sizing.host_working_set``): raised when the estimate was short, lowered when the
-estimate's worst case was never charged. Since every window counts, alone and together, the
-reservation is never below a peak a job reached by itself, and the running jobs' reservations
-cover every window seen. A window is not used when a job in it is its circuit's first in this
-process (numba's JIT allocates then, once) or proves from a warm key, when a key was loaded
-during it, or when what is reserved outside working sets (keys, pinned buffers, the runtime,
-transients) changed since the baseline: the baseline no longer describes the memory beside the
-jobs, until the engine is next idle.
+in proportion to what they reserve: q = peak ÷ the jobs' reservations now, and each job is
+implied a share of q × its full working-set reservation. Alone in its a/b/c phase a job's share
+is its own measured peak; with several jobs at staggered phases (the usual case under load) it
+is the part that, reserved by every job of the window, would have covered the window's peak.
+When a job ends, and only if every window of its life was measured, its largest share is a
+measured peak of its circuit on its proving path (a window closed early in a job's life, before
+it allocated, never lowers a reservation by itself). The largest such peak per circuit and path
+(kept in the journal's ``working_set_peaks``) calibrates that circuit's later reservations into
+[1, 1.2]× it (``prover.sizing.host_working_set``): raised when the estimate was short, lowered
+when the estimate's worst case was never charged. Since every window counts, alone and
+together, the reservation is never below a peak a job reached by itself. A window is not
+measured when a job in it is its circuit's first in this process (numba's JIT allocates then,
+once) or proves from a warm key, when a key was loaded during it, or when what is reserved
+outside working sets (keys, pinned buffers, the runtime, transients) changed since the
+baseline: the baseline no longer describes the memory beside the jobs, until the engine is next
+idle.
 
 Lock order: ``_admitting`` (one admission at a time) → the key manager's and the budget's own
 locks; ``_measuring`` (taken under a job's grant lock) → the key manager's and the budget's locks, for
@@ -71,6 +73,8 @@ class Grant:
         self.workset = workset
         self.timings = timings  # queue (submitted → admitted, less the key's part) and key_load
         self.unmeasurable = False  # its memory is not only its working set (JIT warm-up, a warm key's page-ins)
+        self.implied_peak = 0  # the largest share of a window's peak attributed to it (module docstring)
+        self.measured_whole_life = True  # every window of its life was measured: its implied peak may calibrate
         self._released = False
         self._lock = threading.Lock()
 
@@ -235,7 +239,7 @@ class Admission:
     def _reservations_change(self, grant: Grant, *, joins: bool = False, leaves: bool = False,
                              release: Callable[[], object] | None = None) -> None:
         with self._measuring:
-            implied = self._close_window()
+            self._close_window()
             if joins:
                 self._running.add(grant)
             elif leaves:
@@ -244,13 +248,14 @@ class Admission:
             release()  # outside ``_measuring``: the budget may wake waiters and run evictors
         with self._measuring:
             self._open_window()
-        for (circuit, path), peak in implied.items():
-            if peak > (self._peaks.get((circuit, path)) or 0):
-                before = self.working_set(circuit)
-                self.record_peak(circuit, peak, path)
-                log.info("circuit %s (%s): implied working-set peak %s; its reservation %s → %s (estimate %s)", circuit, path,
-                         format_size(peak), format_size(before.total_bytes), format_size(self.working_set(circuit).total_bytes),
-                         format_size(before.estimated_bytes))
+        if leaves and grant.measured_whole_life and not grant.unmeasurable:
+            key = (grant.circuit, grant.workset.path)
+            if grant.implied_peak > (self._peaks.get(key) or 0):
+                before = self.working_set(grant.circuit)
+                self.record_peak(grant.circuit, grant.implied_peak, grant.workset.path)
+                log.info("circuit %s (%s): implied working-set peak %s; its reservation %s → %s (estimate %s)",
+                         grant.circuit, grant.workset.path, format_size(grant.implied_peak), format_size(before.total_bytes),
+                         format_size(self.working_set(grant.circuit).total_bytes), format_size(before.estimated_bytes))
 
     def _outside_working(self) -> int:
         snap = self.budget.snapshot()
@@ -272,22 +277,24 @@ class Admission:
             self._baseline = (anon, self._outside_working())
         self._window = _Window(list(self._running), sum(g.reservation.nbytes for g in self._running), self.keys.loads_total())
 
-    def _close_window(self) -> dict[tuple[str, str], int]:
-        """The closing window's implied peak per (circuit, proving path); empty when it cannot be attributed."""
+    def _close_window(self) -> None:
+        """Attribute the closing window's peak to its jobs (``Grant.implied_peak``), or mark every running job as not
+        measured for its whole life when the window could not be."""
         window, self._window = self._window, None
-        if window is None:
-            return {}
-        anon, outside = self._baseline
-        if (any(g.unmeasurable for g in window.grants) or self.keys.loads_total() != window.loads
-                or self._outside_working() != outside):
-            self._spoiled = True  # memory beside the jobs moved: the baseline is stale until the engine is idle
-            return {}
-        peak = self._probe.end(anon)
-        implied: dict[tuple[str, str], int] = {}
-        for g in window.grants if peak is not None else ():
-            key = (g.circuit, g.workset.path)
-            implied[key] = max(implied.get(key, 0), -(-peak * g.workset.total_bytes // window.reserved))
-        return implied
+        peak = None
+        if window is not None:
+            anon, outside = self._baseline
+            if (any(g.unmeasurable for g in window.grants) or self.keys.loads_total() != window.loads
+                    or self._outside_working() != outside):
+                self._spoiled = True  # memory beside the jobs moved: the baseline is stale until the engine is idle
+            elif window.reserved > 0:
+                peak = self._probe.end(anon)
+        if peak is None:
+            for g in self._running:
+                g.measured_whole_life = False
+            return
+        for g in window.grants:
+            g.implied_peak = max(g.implied_peak, -(-peak * g.workset.total_bytes // window.reserved))
 
     def idle(self) -> bool:
         """No job holds memory and nobody waits for it: the process's RSS is its runtime plus its keys."""
