@@ -41,13 +41,17 @@ def run_bench(bench_args: list[str], limit_bytes: int, out: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+def size(nbytes: int | None) -> str:
+    return "-" if nbytes is None else format_size(nbytes)
+
+
 def row(name: str, report: dict) -> list[str]:
     mem, jobs = report["memory"], report["jobs"]
     rate = report["proofs_per_s"]
     source = mem.get("charged_source")
     return [name, "-" if rate is None else f"{rate:.3f}", f"{jobs['done']}/{jobs['submitted']}", str(report["oom"]["oom_kills"]),
-            format_size(mem.get("peak_charged_bytes")) + ("" if source == "kernel" else f" ({source})"),
-            format_size(mem.get("peak_reserved_bytes")),
+            size(mem.get("peak_charged_bytes")) + ("" if source == "kernel" else f" ({source})"),
+            size(mem.get("peak_reserved_bytes")),
             "-" if mem.get("peak_charged_of_reserved") is None else f"{mem['peak_charged_of_reserved']:.2f}"]
 
 
