@@ -31,8 +31,8 @@ baseline: the baseline no longer describes the memory beside the jobs, until the
 idle.
 
 Lock order: ``_admitting`` (one admission at a time) → the key manager's and the budget's own
-locks; ``_measuring`` (taken under a job's grant lock) → the key manager's and the budget's locks, for
-reading; a window's peaks are written to the journal after ``_measuring`` is let go.
+locks; ``_measuring`` (taken under a job's grant lock) → the key manager's lock (reading its load count) and
+the budget's (a leaf); a job's measured peak is written to the journal after ``_measuring`` is let go.
 """
 
 from __future__ import annotations
@@ -238,15 +238,14 @@ class Admission:
 
     def _reservations_change(self, grant: Grant, *, joins: bool = False, leaves: bool = False,
                              release: Callable[[], object] | None = None) -> None:
-        with self._measuring:
+        with self._measuring:  # one step, so no other change falls between two windows
             self._close_window()
             if joins:
                 self._running.add(grant)
             elif leaves:
                 self._running.discard(grant)
-        if release is not None:
-            release()  # outside ``_measuring``: the budget may wake waiters and run evictors
-        with self._measuring:
+            if release is not None:
+                release()  # the budget's lock is a leaf: a release only hands bytes to waiters and wakes them
             self._open_window()
         if leaves and grant.measured_whole_life and not grant.unmeasurable:
             key = (grant.circuit, grant.workset.path)
