@@ -9,10 +9,11 @@ job at a time waits for memory, so two half-admitted jobs never wait on each oth
 
 It also measures, while jobs run alone or together, in *windows*: the spans between two
 changes of what the running jobs reserve (a job admitted, a job's a/b/c released, a job ended),
-so that within a window the set of jobs and their reservations are fixed. Each window reads the
-process's anonymous-memory peak above the *busy baseline* (its anonymous memory when the engine
-last went from idle to busy: runtime and keys, no job) with the kernel's high-water mark
-(``memory.process.PeakProbe``, reset as the window opens), and attributes it to the window's jobs
+so that within a window the set of jobs and their reservations are fixed. Each window reads how
+far the process's resident memory (anonymous, and mapped files such as the jobs' witnesses)
+rose above the *busy baseline* — its resident set when the engine last went from idle to busy:
+runtime and keys, no job — with the kernel's high-water mark (``memory.process.PeakProbe``,
+reset as the window opens), and attributes that peak to the window's jobs
 in proportion to what they reserve: q = peak ÷ the jobs' reservations now, and each job is
 implied a share of q × its full working-set reservation. Alone in its a/b/c phase a job's share
 is its own measured peak; with several jobs at staggered phases (the usual case under load) it
@@ -122,7 +123,7 @@ class Admission:
         self._measuring = threading.Lock()
         self._running: set[Grant] = set()
         self._window: _Window | None = None  # the measuring window open now
-        self._baseline: tuple[int, int] | None = None  # (anonymous RSS, reserved outside working sets) as the busy period began
+        self._baseline: tuple[int, int] | None = None  # (resident bytes, reserved outside working sets) as the busy period began
         self._spoiled = False  # the baseline went stale in this busy period: nothing is measured until the engine is idle
         self._seen_circuits: set[str] = set()  # circuits admitted once in this process (the first run pays JIT warm-up)
 
@@ -270,11 +271,11 @@ class Admission:
             return
         if self._spoiled:
             return
-        anon = self._probe.begin()  # resets the high-water mark
-        if anon is None:
+        resident = self._probe.begin()  # resets the high-water mark
+        if resident is None:
             return
         if self._baseline is None:  # the busy period's first job, admitted but not yet allocating
-            self._baseline = (anon, self._outside_working())
+            self._baseline = (resident, self._outside_working())
         self._window = _Window(list(self._running), sum(g.reservation.nbytes for g in self._running), self.keys.loads_total())
 
     def _close_window(self) -> None:
@@ -283,12 +284,12 @@ class Admission:
         window, self._window = self._window, None
         peak = None
         if window is not None:
-            anon, outside = self._baseline
+            resident, outside = self._baseline
             if (any(g.unmeasurable for g in window.grants) or self.keys.loads_total() != window.loads
                     or self._outside_working() != outside):
                 self._spoiled = True  # memory beside the jobs moved: the baseline is stale until the engine is idle
             elif window.reserved > 0:
-                peak = self._probe.end(anon)
+                peak = self._probe.end(resident)
         if peak is None:
             for g in self._running:
                 g.measured_whole_life = False
