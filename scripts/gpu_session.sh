@@ -49,6 +49,11 @@ for s in "$@"; do
       case $tag in mem*) extra=(--memory-limit ${tag#mem}MiB) ;; k1) extra=(--engine proofs_per_device=1) ;; esac
       step $s ${T_BENCH:-150} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
         --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} --out /tmp/res/$s --no-progress --no-plot ;;
+    mlimit*)  # benchmarks/memory_limit.py on a ladder rung: one cuzk bench unlimited, then under a limit of N MiB; ratios printed
+      # mlimit-<logn>-<jobs>-<concurrency>-<synth workers>-<limit MiB>
+      IFS=- read -r _ n j c w mib <<< "$s"; r=/tmp/ladder/bn128/2^$n
+      step $s ${T_MLIMIT:-330} python3 benchmarks/memory_limit.py --limit ${mib}MiB --out /tmp/res/$s -- --zkey $r/circuit.zkey \
+        --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 --engine "devices=[0]" --engine synth_workers=$w ${BENCH_ENGINE} ;;
     *) echo "unknown step $s" ;;
   esac
 done

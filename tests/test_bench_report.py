@@ -169,15 +169,30 @@ def test_the_table_shows_the_report_s_figures(good_run, tmp_path):
 
 
 def test_an_attached_daemon_s_charged_memory_is_its_engine_s_reading(tmp_path):
-    """The bench cannot see an attached daemon's cgroup: then, and only then, "charged" is the engine's own reading."""
-    samples = [dataclasses.replace(s, kernel_charged_bytes=None) for s in SAMPLES]
+    """The bench cannot see an attached daemon's cgroup: then, and only then, "charged" is the engine's own reading
+    of the kernel's charge."""
+    samples = [dataclasses.replace(s, kernel_charged_bytes=None, engine_reading_source="cgroup") for s in SAMPLES]
     report = build_report(_result(tmp_path, [], samples=samples, daemon_attached=True, daemon_data_dir=None))
     mem = report["memory"]
     assert (mem["peak_charged_bytes"], mem["charged_source"], mem["peak_engine_reading_bytes"]) == (300 * MiB, "engine", 300 * MiB)
     assert "peak_kernel_charged_bytes" not in mem and mem["peak_charged_of_reserved"] == pytest.approx(1.5)
     console = Console(width=200, file=io.StringIO())
     console.print(*render(report, tmp_path))
-    assert "(the attached engine's reading, sampled every" in console.file.getvalue()
+    assert "(the kernel's figure as the attached engine reads it, from its cgroup, sampled every" in console.file.getvalue()
+
+
+def test_an_attached_engine_reading_its_own_rss_reports_no_charged_figure(tmp_path):
+    """An engine whose reconciler reads its RSS (a configured ceiling below the limit) has no kernel charge to
+    report: its peak is named RSS, never "charged"."""
+    samples = [dataclasses.replace(s, kernel_charged_bytes=None, engine_reading_source="rss") for s in SAMPLES]
+    report = build_report(_result(tmp_path, [], samples=samples, daemon_attached=True, daemon_data_dir=None))
+    mem = report["memory"]
+    assert "peak_charged_bytes" not in mem and "charged_source" not in mem
+    assert mem["peak_engine_rss_bytes"] == 300 * MiB and mem["peak_engine_rss_of_reserved"] == pytest.approx(1.5)
+    console = Console(width=200, file=io.StringIO())
+    console.print(*render(report, tmp_path))
+    text = console.file.getvalue()
+    assert "peak engine RSS" in text and "not a kernel charge" in text and "peak charged" not in text
 
 
 def test_an_aborted_run_reports_what_finished_and_why_it_stopped(tmp_path):

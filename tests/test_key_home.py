@@ -197,8 +197,30 @@ def test_a_job_refused_on_the_host_path_fits_on_the_device_path(big_circuit, tmp
         done = _prove(engine, big_circuit)
         assert done.state is JobState.DONE, done.error
         (status,) = engine.keys.status()
-        assert status["tier"] == "device" and status["reserved_bytes"] == device_key
+        # The key holds its IC points; its ring is the one reservation every device-homed key's ring shares.
+        assert status["tier"] == "device" and status["reserved_bytes"] == 4096
+        assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == device_key
         assert engine.budget.snapshot()["peak_reserved_bytes"] <= budget
+
+
+def test_device_homed_keys_share_one_ring_reservation_given_back_with_the_last_of_them(big_circuit, tmp_path):
+    """Rings hold memory only while a load reads, and the rings of device-homed keys take turns: however many keys
+    are homed, the host reserves the largest ring once, and nothing once none is homed."""
+    from test_multi_device import emulated
+
+    header = read_zkey_header(big_circuit[0])
+    ring, ic = ring_bytes(read_chunk_bytes(header, CHUNK)), 4096
+    with _engine(tmp_path, big_circuit, [emulated(0)], 1 << 30) as engine:
+        for name in ("d", "e"):
+            engine.register_key(name, big_circuit[0])
+        for name in ("c", "d", "e"):
+            assert engine.preload(name) == "device"
+        assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == ring + 3 * ic
+        engine.keys.evict("c")
+        engine.keys.evict("d")
+        assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == ring + ic
+        engine.keys.evict("e")
+        assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == 0
 
 
 def test_load_from_disk_makes_the_arrays_an_upload_of_the_host_key_makes(big_circuit):

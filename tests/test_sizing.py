@@ -64,10 +64,10 @@ def test_a_device_proof_reserves_no_host_msm_scratch_or_ntt_tables(circuit):
 
 
 def test_estimate_bounds_a_real_proof(circuit):
-    """The anonymous-memory peak of a whole proof (from a trimmed heap) stays under the estimate.
+    """The resident peak of a whole proof (from a trimmed heap) stays under the estimate.
 
-    Measured after warm-up runs, as the engine does; file-backed pages first touched by the
-    second run (numba's cached code in a fresh clone) are not the job's and are not counted.
+    Measured after warm-up runs, as the engine does: what the first runs map for good (numba's
+    cached code, in a fresh clone even in the second run) is not the job's and is not counted.
     """
     zkey_path, wtns, _ = circuit
     backend = get_backend("cpu")
@@ -87,7 +87,7 @@ def test_estimate_bounds_a_real_proof(circuit):
     assert 0 < measured <= ws.total_bytes, (measured, ws.to_dict())
 
 
-def test_peak_probe_sees_an_allocation():
+def test_peak_probe_sees_an_allocation_and_a_mapped_file():
     probe = PeakProbe()
     if not probe.available:
         pytest.skip("/proc/self/clear_refs is not writable here")
@@ -96,7 +96,7 @@ def test_peak_probe_sees_an_allocation():
     block = np.ones(32 << 20, dtype=np.uint8)
     del block
     assert (31 << 20) <= probe.end(baseline) < (40 << 20)  # RSS counters lag by a few pages
-    # File-backed pages first touched now are not counted: map a file and read all of it.
+    # A mapped file read in full counts as well (a job's witness is one): it is resident, and the kernel charges it.
     import mmap
     import tempfile
 
@@ -107,5 +107,5 @@ def test_peak_probe_sees_an_allocation():
         baseline = probe.begin()
         with mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as m:
             assert sum(m[i] for i in range(0, len(m), 4096)) == (32 << 20) // 4096
-            assert probe.end(baseline) < (4 << 20)
+            assert (31 << 20) <= probe.end(baseline) < (40 << 20)
     assert probe.end(None) is None

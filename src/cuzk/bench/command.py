@@ -132,7 +132,11 @@ class _Progress:
                 info.append(f"{measured / elapsed:.2f} proofs/s")
         sample = run.sampler.samples[-1] if run.sampler and run.sampler.samples else None
         if sample is not None and sample.charged_bytes is not None:
-            info.append(f"charged {format_size(sample.charged_bytes)} of budget {format_size(sample.budget_total_bytes)}")
+            charged = sample.kernel_charged_bytes  # the kernel's figure where the bench reads it, else the engine's
+            if charged is None and sample.engine_reading_source != "rss":
+                charged = sample.charged_bytes
+            info.append(("RSS " + format_size(sample.charged_bytes) if charged is None else "charged " + format_size(charged))
+                        + f" of budget {format_size(sample.budget_total_bytes)}")
         elif sample is not None:
             info.append("engine restarting")
         if sample is not None and sample.gpus:

@@ -112,7 +112,9 @@ def plot_timeline(path: Path, result: BenchResult) -> None:
         ax.step(t, series([s.budget_total_bytes for s in samples]), where="post", color="black", lw=1.5, label="budget")
         ax.step(t, series([s.budget_effective_bytes for s in samples]), where="post", color="black", lw=1, ls="--",
                 label="budget (effective)")
-        ax.plot(t, series([s.charged_bytes for s in samples]), color="#2c7bb6", lw=1.5, label="charged (engine)")
+        source = next((s.engine_reading_source for s in samples if s.engine_reading_source), None)
+        ax.plot(t, series([s.charged_bytes for s in samples]), color="#2c7bb6", lw=1.5,
+                label="engine's RSS" if source == "rss" else "charged (engine's reading)")
         if any(s.kernel_charged_bytes is not None for s in samples):
             ax.plot(t, series([s.kernel_charged_bytes for s in samples]), color="#2c7bb6", lw=0.8, ls=":",
                     label="charged (kernel, read by the bench)")

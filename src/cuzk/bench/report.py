@@ -119,8 +119,9 @@ def _ratio(a: int | None, b: int | None) -> float | None:
 def memory_summary(result: BenchResult) -> dict[str, Any]:
     """Memory over the run. "Charged" is what the kernel charges (the daemon's cgroup, or the whole machine where
     MemTotal binds), read by the bench itself; only for an attached daemon, whose cgroup the bench cannot see, is
-    it the engine's reading. The engine's own reading (its reconciler: the cgroup, or its RSS when a configured
-    budget is trusted over the limit) is reported under its own name."""
+    it the engine's reading, and only where that reading is a kernel charge (its reconciler reads the cgroup or
+    /proc/meminfo): an engine reading its own RSS (a configured ceiling below the limit) has no "charged" figure,
+    its peak is ``peak_engine_rss_bytes``. The engine's own reading is always reported under its own name too."""
     samples = result.samples
     up = [s for s in samples if s.charged_bytes is not None]
     kernel = [s for s in samples if s.kernel_charged_bytes is not None]
@@ -139,7 +140,12 @@ def memory_summary(result: BenchResult) -> dict[str, Any]:
         })
     if kernel:
         out["peak_kernel_charged_bytes"] = max(s.kernel_charged_bytes for s in kernel)
-    charged = kernel or up
+    engine_source = next((s.engine_reading_source for s in reversed(up) if s.engine_reading_source), None)
+    out["engine_reading_source"] = engine_source
+    charged = kernel or ([] if engine_source == "rss" else up)
+    if up and not charged:
+        out["peak_engine_rss_bytes"] = out["peak_engine_reading_bytes"]
+        out["peak_engine_rss_of_reserved"] = _ratio(out["peak_engine_rss_bytes"], out.get("peak_reserved_bytes"))
     if charged:
         read = (lambda s: s.kernel_charged_bytes) if kernel else (lambda s: s.charged_bytes)
         peak = max(charged, key=read)
@@ -328,12 +334,17 @@ def render(report: dict[str, Any], out_dir) -> list:
         m.add_row("budget", f"{format_size(mem['budget_at_peak_bytes'])} at the peak"
                   + (f" (first {format_size(mem['budget_total_bytes_first'])}, last {format_size(mem['budget_total_bytes_last'])})"
                      if mem["budget_total_bytes_first"] != mem["budget_total_bytes_last"] else ""))
-        whose = "the kernel's figure" if mem["charged_source"] == "kernel" else "the attached engine's reading"
+        whose = ("the kernel's figure" if mem["charged_source"] == "kernel"
+                 else f"the kernel's figure as the attached engine reads it, from its {mem.get('engine_reading_source') or 'cgroup'}")
         m.add_row("peak charged", f"{format_size(mem['peak_charged_bytes'])} at {mem['peak_charged_t_s']:.1f} s = "
                   f"{_pct(mem['peak_charged_of_budget'])} of the budget, {_pct(mem['peak_charged_of_limit'])} of the limit "
                   f"({whose}, sampled every {mem['sample_interval_s']:g} s)")
         m.add_row("peak reserved", f"{format_size(mem['peak_reserved_bytes'])}; peak charged ÷ peak reserved "
                   f"{_ratio_text(mem['peak_charged_of_reserved'])}; peak untracked {format_size(mem['peak_untracked_bytes'])}")
+    elif "peak_engine_rss_bytes" in mem:
+        m.add_row("peak engine RSS", f"{format_size(mem['peak_engine_rss_bytes'])} (the attached engine reads its own RSS, "
+                  "not a kernel charge); peak reserved "
+                  f"{format_size(mem['peak_reserved_bytes'])}, RSS ÷ reserved {_ratio_text(mem['peak_engine_rss_of_reserved'])}")
     else:
         m.add_row("memory", "no sample from the engine")
     restarts = f"{oom['recoveries']} OOM recoveries (at most {oom['max_oom_retries']} allowed)"

@@ -42,12 +42,13 @@ class Sample:
     reserved_bytes: int | None
     reserved_by_category: dict[str, int]
     untracked_bytes: int | None
-    charged_bytes: int | None  # the engine's reading of what the kernel charges (its reconciler)
+    charged_bytes: int | None  # the engine's reconciler's reading: a kernel charge, or its RSS (engine_reading_source)
     kernel_charged_bytes: int | None  # the bench's own reading (a daemon it started; None when attached)
     jobs_done: int
     jobs_in_flight: int
     oom_kills: int
     gpus: dict[int, GpuReading] = field(default_factory=dict)  # by the daemon's CUDA ordinal; empty: no GPU read
+    engine_reading_source: str | None = None  # what the engine's reading is: "cgroup" or "meminfo" (a kernel charge), "rss"
 
     @property
     def engine_up(self) -> bool:
@@ -190,7 +191,7 @@ class TimelineSampler:
             reserved_by_category={c: e["bytes"] for c, e in (budget.get("by_category") or {}).items()},
             untracked_bytes=reading.get("untracked_bytes"), charged_bytes=reading.get("actual_bytes"),
             kernel_charged_bytes=kernel_charged, jobs_done=done, jobs_in_flight=in_flight, oom_kills=self.tracker.oom_kills,
-            gpus=gpus)
+            gpus=gpus, engine_reading_source=reading.get("source"))
         if status is not None:
             self.last_status = status
             self._note_engine(sample, status)
@@ -224,7 +225,7 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
     devices = sorted({d for s in samples for d in s.gpus})
     columns = ["t_s", "unix_time", "engine_up", "engine_pid", "limit_bytes", "budget_total_bytes", "budget_effective_bytes",
                "reserved_bytes", *[f"reserved_{c}_bytes" for c in cats], "untracked_bytes", "charged_bytes",
-               "kernel_charged_bytes", "jobs_done", "jobs_in_flight", "oom_kills",
+               "engine_reading_source", "kernel_charged_bytes", "jobs_done", "jobs_in_flight", "oom_kills",
                *[f"gpu{d}_{name}" for d in devices for name in GPU_FIELDS]]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
@@ -233,6 +234,6 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
             reserved = [s.reserved_by_category.get(c, 0) if s.engine_up else None for c in cats]
             row = [f"{s.t_s:.3f}", f"{s.unix_time:.3f}", int(s.engine_up), s.engine_pid, s.limit_bytes, s.budget_total_bytes,
                    s.budget_effective_bytes, s.reserved_bytes, *reserved, s.untracked_bytes, s.charged_bytes,
-                   s.kernel_charged_bytes, s.jobs_done, s.jobs_in_flight, s.oom_kills,
+                   s.engine_reading_source, s.kernel_charged_bytes, s.jobs_done, s.jobs_in_flight, s.oom_kills,
                    *[None if d not in s.gpus else getattr(s.gpus[d], name) for d in devices for name in GPU_FIELDS]]
             writer.writerow(["" if v is None else v for v in row])

@@ -7,15 +7,33 @@ the reservation, the working set and how long getting them took — after waitin
 raises ``JobTooLarge`` when no amount of waiting could make it. Admission is serialized: one
 job at a time waits for memory, so two half-admitted jobs never wait on each other.
 
-It also measures: a job admitted while nothing else runs (no other job or key load beside it,
-its key hot or homed on the devices, its circuit proved before in this process) has its
-anonymous-memory peak probed, and the largest such peak per circuit and proving path (kept in
-the journal) calibrates that circuit's later reservations into [1, 1.2]× it
-(``prover.sizing.host_working_set``): raised when the estimate was short, lowered when the
-estimate's worst case was never charged.
+It also measures, while jobs run alone or together, in *windows*: the spans between two
+changes of what the running jobs reserve (a job admitted, a job's a/b/c released, a job ended),
+so that within a window the set of jobs and their reservations are fixed. Each window reads how
+far the process's resident memory (anonymous, and mapped files such as the jobs' witnesses)
+rose above the *busy baseline* — its resident set when the engine last went from idle to busy:
+runtime and keys, no job — with the kernel's high-water mark (``memory.process.PeakProbe``,
+reset as the window opens), and attributes that peak to the window's jobs
+in proportion to what they reserve: q = peak ÷ the jobs' reservations now, and each job is
+implied a share of q × its full working-set reservation. Alone in its a/b/c phase a job's share
+is its own measured peak; with several jobs at staggered phases (the usual case under load) it
+is the part that, reserved by every job of the window, would have covered the window's peak.
+When a job ends, and only if every window of its life was measured, its largest share is a
+measured peak of its circuit on its proving path (a window closed early in a job's life, before
+it allocated, never lowers a reservation by itself). The largest such peak per circuit and path
+(kept in the journal's ``working_set_peaks``) calibrates that circuit's later reservations into
+[1, 1.2]× it (``prover.sizing.host_working_set``): raised when the estimate was short, lowered
+when the estimate's worst case was never charged. Since every window counts, alone and
+together, the reservation is never below a peak a job reached by itself. A window is not
+measured when a job in it is its circuit's first in this process (numba's JIT allocates then,
+once) or proves from a warm key, when a key was loaded during it, or when what is reserved
+outside working sets (keys, pinned buffers, the runtime, transients) changed since the
+baseline: the baseline no longer describes the memory beside the jobs, until the engine is next
+idle.
 
 Lock order: ``_admitting`` (one admission at a time) → the key manager's and the budget's own
-locks; ``_measuring`` is a leaf, taken under a job's lock when its grant is released.
+locks; ``_measuring`` (taken under a job's grant lock) → the key manager's lock (reading its load count) and
+the budget's (a leaf); a job's measured peak is written to the journal after ``_measuring`` is let go.
 """
 
 from __future__ import annotations
@@ -23,7 +41,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from ..keys.host import KeyTier
 from ..keys.manager import KeyLease, KeyManager
@@ -54,17 +73,17 @@ class Grant:
         self.reservation = reservation
         self.workset = workset
         self.timings = timings  # queue (submitted → admitted, less the key's part) and key_load
-        self.overlapped = False  # another job or key load ran beside it: its peak is not its own
-        self.probe_baseline: int | None = None
-        self.loads_at_start = 0
+        self.unmeasurable = False  # its memory is not only its working set (JIT warm-up, a warm key's page-ins)
+        self.implied_peak = 0  # the largest share of a window's peak attributed to it (module docstring)
+        self.measured_whole_life = True  # every window of its life was measured: its implied peak may calibrate
         self._released = False
         self._lock = threading.Lock()
 
     def release_abc(self) -> None:
-        """Phase one: the prover freed a/b/c, so their part of the reservation goes back."""
+        """Phase one: the prover freed a/b/c, so their part of the reservation goes back (a measuring window ends)."""
         with self._lock:
             if not self._released:
-                self.reservation.release(min(self.workset.abc_bytes, self.reservation.nbytes))
+                self._admission.release_abc(self)
 
     def release(self) -> None:
         with self._lock:
@@ -75,6 +94,16 @@ class Grant:
         return_free_heap()  # the job's arrays are gone: hand their pages back before releasing their bytes
         self.reservation.release()
         self.lease.release()
+        self._admission.measure_runtime_if_idle()
+
+
+@dataclass
+class _Window:
+    """A span in which the running jobs and their reservations do not change (module docstring)."""
+
+    grants: list[Grant]
+    reserved: int  # what they reserve in it
+    loads: int  # key loads so far when it opened
 
 
 class Admission:
@@ -93,6 +122,9 @@ class Admission:
         self._admitting = threading.Lock()
         self._measuring = threading.Lock()
         self._running: set[Grant] = set()
+        self._window: _Window | None = None  # the measuring window open now
+        self._baseline: tuple[int, int] | None = None  # (resident bytes, reserved outside working sets) as the busy period began
+        self._spoiled = False  # the baseline went stale in this busy period: nothing is measured until the engine is idle
         self._seen_circuits: set[str] = set()  # circuits admitted once in this process (the first run pays JIT warm-up)
 
     @property
@@ -187,39 +219,91 @@ class Admission:
             except AcquireTimeout:
                 continue
 
-    # ---- measurement ------------------------------------------------------------------------
+    # ---- measurement (module docstring) -----------------------------------------------------
     def _begin_measure(self, grant: Grant) -> None:
         with self._measuring:
-            for other in self._running:
-                other.overlapped = True
-            # Not its own peak: another job beside it, a warm key (its page-ins would count), or the
-            # circuit's first run in this process (numba's JIT and caches allocate then, once).
-            grant.overlapped = (bool(self._running) or grant.lease.tier not in (KeyTier.HOT, KeyTier.DEVICE)
-                                or grant.circuit not in self._seen_circuits)
+            # Not only its working set: the circuit's first run in this process (numba's JIT and caches allocate
+            # then, once), or a warm key (its page-ins).
+            grant.unmeasurable = (grant.lease.tier not in (KeyTier.HOT, KeyTier.DEVICE)
+                                  or grant.circuit not in self._seen_circuits)
             self._seen_circuits.add(grant.circuit)
-            self._running.add(grant)
-            grant.loads_at_start = self.keys.loads_total()
-            if self._probe is not None and not grant.overlapped:
-                grant.probe_baseline = self._probe.begin()
+        self._reservations_change(grant, joins=True)
 
-    def end_measure(self, grant: Grant) -> None:
-        """The job's proof is made: a clean peak calibrates the circuit's later reservations (module docstring)."""
-        if self._probe is None or grant.probe_baseline is None:
-            return
-        with self._measuring:
-            clean = not grant.overlapped and self.keys.loads_total() == grant.loads_at_start
-            peak = self._probe.end(grant.probe_baseline) if clean else None
-        workset = grant.workset
-        if peak is not None and peak > (self._peaks.get((grant.circuit, workset.path)) or 0):
-            self.record_peak(grant.circuit, peak, workset.path)
-            calibrated = self.working_set(grant.circuit).total_bytes
-            log.info("circuit %s (%s): measured working-set peak %s; its reservation %s → %s (estimate %s)",
-                     grant.circuit, workset.path, format_size(peak), format_size(workset.total_bytes),
-                     format_size(calibrated), format_size(workset.estimated_bytes))
+    def release_abc(self, grant: Grant) -> None:
+        """``grant``'s a/b/c part goes back (phase one): one window ends, the next begins."""
+        self._reservations_change(grant, release=lambda: grant.reservation.release(
+            min(grant.workset.abc_bytes, grant.reservation.nbytes)))
 
     def forget(self, grant: Grant) -> None:
-        with self._measuring:
-            self._running.discard(grant)
+        """``grant``'s job ended: it leaves the running jobs (its bytes are released after)."""
+        self._reservations_change(grant, leaves=True)
+
+    def _reservations_change(self, grant: Grant, *, joins: bool = False, leaves: bool = False,
+                             release: Callable[[], object] | None = None) -> None:
+        with self._measuring:  # one step, so no other change falls between two windows
+            self._close_window()
+            if joins:
+                self._running.add(grant)
+            elif leaves:
+                self._running.discard(grant)
+            if release is not None:
+                release()  # the budget's lock is a leaf: a release only hands bytes to waiters and wakes them
+            self._open_window()
+        if leaves and grant.measured_whole_life and not grant.unmeasurable:
+            key = (grant.circuit, grant.workset.path)
+            if grant.implied_peak > (self._peaks.get(key) or 0):
+                before = self.working_set(grant.circuit)
+                self.record_peak(grant.circuit, grant.implied_peak, grant.workset.path)
+                log.info("circuit %s (%s): implied working-set peak %s; its reservation %s → %s (estimate %s)",
+                         grant.circuit, grant.workset.path, format_size(grant.implied_peak), format_size(before.total_bytes),
+                         format_size(self.working_set(grant.circuit).total_bytes), format_size(before.estimated_bytes))
+
+    def _outside_working(self) -> int:
+        snap = self.budget.snapshot()
+        return snap["reserved_bytes"] - snap["by_category"]["working"]["bytes"]
+
+    def _open_window(self) -> None:
+        self._window = None
+        if self._probe is None:
+            return
+        if not self._running:  # idle: the next job begins a busy period, measured from what is there then
+            self._baseline, self._spoiled = None, False
+            return
+        if self._spoiled:
+            return
+        resident = self._probe.begin()  # resets the high-water mark
+        if resident is None:
+            return
+        if self._baseline is None:  # the busy period's first job, admitted but not yet allocating
+            self._baseline = (resident, self._outside_working())
+        self._window = _Window(list(self._running), sum(g.reservation.nbytes for g in self._running), self.keys.loads_total())
+
+    def _close_window(self) -> None:
+        """Attribute the closing window's peak to its jobs (``Grant.implied_peak``), or mark every running job as not
+        measured for its whole life when the window could not be."""
+        window, self._window = self._window, None
+        peak = None
+        if window is not None:
+            resident, outside = self._baseline
+            if (any(g.unmeasurable for g in window.grants) or self.keys.loads_total() != window.loads
+                    or self._outside_working() != outside):
+                self._spoiled = True  # memory beside the jobs moved: the baseline is stale until the engine is idle
+            elif window.reserved > 0:
+                peak = self._probe.end(resident)
+        if peak is None:
+            for g in self._running:
+                g.measured_whole_life = False
+            return
+        for g in window.grants:
+            g.implied_peak = max(g.implied_peak, -(-peak * g.workset.total_bytes // window.reserved))
+
+    def measure_runtime_if_idle(self) -> None:
+        """The last job just ended and nobody waits: measure the engine's runtime memory now (``memory.runtime``). The
+        engine's housekeeping measures it on its ticks while idle, which a workload that keeps jobs coming (a bench's
+        warm-up, then its measured jobs at once) may never show it: then what the first proofs left behind (numba's
+        loaded kernels, allocator arenas) would stay unreserved, charged but untracked, for the whole run."""
+        if self._runtime is not None and self.idle():
+            self._runtime.update()
 
     def idle(self) -> bool:
         """No job holds memory and nobody waits for it: the process's RSS is its runtime plus its keys."""

@@ -341,7 +341,6 @@ class Finisher:
                 raise ProofRejected("the proof failed self-verification against the key, so it is not returned: the witness "
                                     "does not satisfy the circuit (register the key with its .r1cs to name the failing "
                                     "constraint) or the key is corrupt")
-        self.admission.end_measure(grant)
         proof_json = json.loads(proof_to_json(proof))
         public = [str(v) for v in proof.public_signals]
         job.release()

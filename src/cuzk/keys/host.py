@@ -10,7 +10,9 @@ otherwise.
 
 The device tier (``KeyTier.DEVICE``, a GPU host's home for a key: ``keys.device``) holds no
 host copy: its host footprint is the staging ring a load from disk into VRAM reads through,
-and the IC points the verifier needs (``device_home_footprint``).
+and the IC points the verifier needs (``device_home_footprint``: what homing it needs; once
+homed, the key manager keeps its IC points in its reservation and its ring in the one
+reservation all device-homed keys' rings share).
 
 Footprints are computed from the header alone, so a job that could never fit is refused
 before anything loads.

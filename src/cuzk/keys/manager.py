@@ -34,9 +34,11 @@ budget to evict for its waiters whenever a key becomes idle, and ``maintain()`` 
 periodically by the engine) hands keys over once their idle time runs out.
 
 - **device** — homed on the devices (GPU hosts, ``key_home``): no host copy. The host holds
-  the key's IC points (for the verifier) and reserves the staging ring that loads read through
+  the key's IC points (for the verifier) and the staging ring that loads read through
   (``keys.stream``), straight from the file into each device's VRAM, when a proof first needs
-  the key there and again after VRAM pressure evicted it (``keys.device.load_from_disk``).
+  the key there and again after VRAM pressure evicted it (``keys.device.load_from_disk``). A
+  ring's memory exists only while a load reads, and the rings of all device-homed keys take
+  turns, so one reservation of the largest, held while any key is homed there, covers them all.
   ``key_home`` "auto" homes a key on the devices when every device's budget holds its bases and
   coefficients beside a proof (``DeviceKeys.can_synthesize``), and in host memory (the default
   tier) otherwise; "device" refuses a key no device holds (``DeviceKeyTooLarge``); "host" keeps
@@ -170,6 +172,10 @@ class KeyManager:
         self._zombie_lock = threading.Lock()
         self._zombies: list[tuple[HostBuffer, Reservation]] = []  # unmapping blocked by a stray reference
         self._devices: dict[object, DeviceKeys] = {}  # proving backend → its VRAM tier
+        # Device-homed keys' staging rings: their memory exists only while a load reads, and they take turns, so one
+        # reservation of the largest covers them all (held while any key is homed on the devices).
+        self._ring_turns = threading.Lock()
+        self._ring_reservation: Reservation | None = None
         budget.register_evictor(self.evict_idle)
 
     # ---- registration -------------------------------------------------------------------
@@ -369,8 +375,9 @@ class KeyManager:
                 zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
                 reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the ring is freed
             elif tier is KeyTier.DEVICE:
-                entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes))
+                entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes), turns=self._ring_turns)
                 zkey, buffer = load_device_home(entry.path, header, entry.ring), None
+                self._share_ring(reservation, entry.ring.nbytes)
             else:
                 zkey, buffer = read_zkey(entry.path), None
         except BaseException:
@@ -380,6 +387,28 @@ class KeyManager:
             entry.zkey, entry.buffer, entry.reservation, entry.tier = zkey, buffer, reservation, tier
             entry.loads += 1
             entry.load_seconds = time.perf_counter() - t0
+
+    def _share_ring(self, reservation: Reservation, ring: int) -> None:
+        """Move a device-homed key's ring out of its load ``reservation`` (which keeps the IC points) into the one
+        reservation every such key's ring shares (they take turns): grown to this ring if it is larger, else given back."""
+        with self._lock:
+            if self._ring_reservation is not None and self._ring_reservation.nbytes >= ring:
+                reservation.release(ring)
+                return
+            grown = reservation.split(ring, label="staging rings of device-homed keys (one at a time)")
+            smaller, self._ring_reservation = self._ring_reservation, grown
+            if smaller is not None:
+                smaller.release()
+
+    def _fit_shared_ring(self) -> None:
+        """Under the lock, after device-homed keys went cold: shrink the shared ring reservation to the largest ring
+        still homed, or give it back when none is (the budget's lock is a leaf: releasing here is safe)."""
+        held = self._ring_reservation
+        need = max((e.ring.nbytes for e in self._entries.values() if e.tier is KeyTier.DEVICE and e.ring), default=0)
+        if held is not None and held.nbytes > need:
+            held.release(held.nbytes - need)
+            if not need:
+                self._ring_reservation = None
 
     def _reserve(self, nbytes: int, label: str, cancelled: Callable[[], bool] | None) -> Reservation:
         if cancelled is None:
@@ -434,6 +463,7 @@ class KeyManager:
             for e in victims:
                 self._mark_cold(e)
                 e.evictions += 1
+            self._fit_shared_ring()
         for args in detached:
             self._free(*args)
         self._retry_zombies()
@@ -470,6 +500,7 @@ class KeyManager:
         path, buffer, reservation = entry.path, entry.buffer, entry.reservation
         freed = reservation.nbytes
         self._mark_cold(entry)  # drops the entry's ZKey: with no lease out, nothing else holds its arrays
+        self._fit_shared_ring()
         self._free(path, buffer, reservation)
         return freed
 

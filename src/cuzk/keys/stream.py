@@ -73,9 +73,11 @@ class StagedChunk:
 
 class StagingRing:
     """``slots`` staging slots for chunks of ``chunk_bytes``; allocated on entering, freed on leaving, one reader at a
-    time (a second one waits for the first: two devices loading one key take turns)."""
+    time (a second one waits for the first: two devices loading one key take turns). Rings given one ``turns`` lock
+    take turns with each other too, so that one reservation of the largest covers them all (the key manager's rings of
+    device-homed keys)."""
 
-    def __init__(self, allocator: HostAllocator, chunk_bytes: int, slots: int = SLOTS):
+    def __init__(self, allocator: HostAllocator, chunk_bytes: int, slots: int = SLOTS, turns: threading.Lock | None = None):
         if chunk_bytes < ALIGN or slots < 1:
             raise ValueError(f"a staging ring needs chunks of at least {ALIGN} bytes and a slot, got {chunk_bytes} × {slots}")
         self.allocator = allocator
@@ -83,7 +85,7 @@ class StagingRing:
         self.slots = slots
         self.slot_bytes = _round_up(slot_bytes(self.chunk_bytes), mmap.PAGESIZE)
         self.nbytes = ring_bytes(self.chunk_bytes, slots)
-        self._lock = threading.Lock()
+        self._lock = turns if turns is not None else threading.Lock()
         self._array: np.ndarray | None = None
         self._handle = None
         self._fences: list = [None] * slots

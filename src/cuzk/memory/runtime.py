@@ -9,7 +9,8 @@ promises room the process itself already uses. So the engine measures itself and
   kernel charges the limit's cgroup, so file-backed pages charged to another cgroup — the shared
   libraries and numba's cache another process read first — are not reserved twice over) less
   what reservations already hold;
-- afterwards, whenever the engine is idle (no working set reserved, nobody waiting), the same
+- afterwards, whenever the engine is idle (no working set reserved, nobody waiting: on the
+  engine's housekeeping ticks, and the moment admission sees the last running job end), the same
   figure again, growing the reservation when it rose by more than ``step_bytes`` (numba
   compiles and maps its kernels on the first proof of each kind). It never shrinks: code and
   interpreter arenas stay.
@@ -24,6 +25,7 @@ meanwhile, as untracked).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from .budget import MemoryBudget, Reservation
@@ -44,6 +46,7 @@ class RuntimeReservation:
         if self.reservation is None:
             raise RuntimeError("the runtime reservation must be taken before anything queues on the budget")
         self.measured_bytes = 0
+        self._updating = threading.Lock()  # the engine's housekeeping and admission both call update
         self.update()
 
     @property
@@ -56,12 +59,13 @@ class RuntimeReservation:
 
     def update(self) -> int:
         """Measure (call when idle) and grow the reservation to match; returns the bytes added."""
-        self.measured_bytes = self.unreserved_bytes()
-        grow = self.measured_bytes - self.reservation.nbytes
-        if grow < self.step_bytes and self.reservation.nbytes:
-            return 0
-        if grow <= 0 or not self.budget.try_grow(self.reservation, grow):
-            return 0
+        with self._updating:  # two measurements at once would both add the same growth
+            self.measured_bytes = self.unreserved_bytes()
+            grow = self.measured_bytes - self.reservation.nbytes
+            if grow < self.step_bytes and self.reservation.nbytes:
+                return 0
+            if grow <= 0 or not self.budget.try_grow(self.reservation, grow):
+                return 0
         log.info("engine runtime memory: %s reserved (measured %s resident beyond reservations)",
                  format_size(self.reservation.nbytes), format_size(self.measured_bytes))
         return grow
