@@ -118,3 +118,32 @@ def test_stop_joins_the_worker_processes(make_engine, circuits):
     engine.stop()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["large", "bls"])
+def test_gpu_worker_killed_mid_proof_is_restarted_and_its_jobs_proved_once(make_engine, circuits, tmp_path, name):
+    """On GPU 0: K proofs in flight in its worker process, which is SIGKILLed as it takes the first; every job is proved
+    once (snarkjs accepts each proof), by the restarted worker where it was in the killed one."""
+    from cuzk.backends.cuda import available
+
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+    c = circuits[name]
+    engine = make_engine(keys=(name,), backend="cuda", devices=[0], device_processes=True, budget=8 << 30)
+    proofs = _child(engine)["proofs_per_device"]
+    assert _child(engine)["backend"] == "cuda" and proofs >= 1
+    killer = KillOnProving(engine)
+    engine.add_listener(killer)
+    answers: list[str] = []
+    engine.add_listener(lambda job_id, state: answers.append(job_id) if state is JobState.DONE else None)
+    jobs = [engine.submit(name, c.witness) for _ in range(proofs + 1)]
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    for job_id in jobs:
+        record = engine.await_result(job_id, timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    assert killer.killed and _child(engine)["restarts"] == 1
+    assert sorted(answers) == sorted(jobs)  # each answered once
+    assert sorted(r.job_id for r in engine.list_jobs(states=[JobState.DONE])) == sorted(jobs)

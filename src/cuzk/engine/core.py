@@ -51,15 +51,12 @@ The API, all thread-safe:
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
   state change, before the worker's next cancellation check (observers, streaming status).
 
-Inside, one owner per concept: ``tracker`` (live jobs and their transitions), ``admission``
-(can this job start now, with what key and working set), ``workers`` (synthesis, K per
-device, finishing, the device-error policy), ``devices`` (the backends and their K),
-``scheduler`` (the priority queues), the ``journal``; this module builds and wires them, and
-nothing below imports it. Each device has its own backend, VRAM budget and resident keys and
-runs ``proofs_per_device`` proofs at once ("auto": as many as fit its VRAM beside the largest
-key registered at construction, at most 4), each in a lane of its own streams, its copies
-staged through one pinned pool charged to the host budget. ``synth_workers`` ("auto": one
-more than the proofs all devices run at once, 1 on the CPU) bounds the jobs synthesized ahead.
+Inside, one owner per concept: ``tracker``, ``admission``, ``workers`` (synthesis, K per device,
+finishing, the device-error policy), ``devices`` (the backends and their K), ``procs`` (with
+``device_processes``: a worker process owns each device), ``scheduler``, the ``journal``; this
+module builds and wires them, and nothing below imports it. Threads by default: on an H200 the
+engine proves at 0.98–1.10 of the rate of bare device lanes (kernels, synthesis, CPU MSMs
+release the GIL); worker processes are for isolation and several GPUs.
 
 Lock order (outermost first; a thread holding one only takes those below it):
 ``Admission._admitting`` → the key manager's locks → the budget's lock;
@@ -68,7 +65,7 @@ a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evi
 ``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
 the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
 Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
-schedulers' conditions, a lane's lock.
+schedulers' conditions, a lane's lock, ``DeviceProcess._lock``, ``DeviceProcesses._lock``.
 No lock is held while a job's listener runs, while a worker waits for a stage, while a
 lane waits for another lane's key upload, or while a proof waits for its vectors' VRAM (but
 the budget's own condition).
@@ -77,10 +74,6 @@ the budget's own condition).
 the journal, so the next engine on the data directory replays it (as after a crash). A job
 whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM kills)
 is failed at replay instead of being retried forever.
-
-Threads by default: on an H200 the engine proves at 0.98–1.10 of the rate of bare device lanes,
-so one GPU does not wait for the GIL (kernels, synthesis, CPU MSMs release it). With
-``device_processes`` each device is owned by a worker process (``procs``: isolation, several GPUs).
 """
 
 from __future__ import annotations
@@ -135,8 +128,7 @@ class Engine(TrackedJobs):
                 budget, reconciler = self._plan_budget()
                 # The engine's own memory, inside the budget it planned (a given budget is the caller's to size): what
                 # the kernel charges for it, so the file-backed pages another cgroup was charged for are not reserved.
-                charged = self._resident_bytes if reconciler is None else (
-                    lambda: min(self._resident_bytes(), reconciler.measure()))
+                charged = self._resident_bytes if reconciler is None else (lambda: min(self._resident_bytes(), reconciler.measure()))
                 self.runtime = RuntimeReservation(budget, rss=charged)
             self.budget = budget
             self.reconciler = reconciler
@@ -157,17 +149,13 @@ class Engine(TrackedJobs):
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
             if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
-                saved = {name: path for name, (path, _, _) in self.journal.saved_keys().items() if name in self.keys.names()}
-                self._procs = DeviceProcesses(config, ordinals, saved)
-                for name, path in saved.items():
-                    self._procs.key_registered(name, path)
+                self._procs = DeviceProcesses(config, ordinals, self.keys)
         except BaseException:
             self._dir_lock.release()
             raise
         self.tracker = JobTracker(self.journal)
-        # A peak measured here would miss the device worker processes' memory: no calibration from it.
         self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
-                                   runtime=self.runtime, measure_peaks=config.measure_peaks and self._procs is None,
+                                   runtime=self.runtime, measure_peaks=config.measure_peaks and self._procs is None,  # (not their peaks)
                                    devices=self._procs)
         headers = [self.keys.header(name) for name in self.keys.names()]
         self.proofs_per_device = (self._procs.proofs_per_device if self._procs is not None else  # K per device
@@ -248,10 +236,9 @@ class Engine(TrackedJobs):
             state = self._worker(f"synth-{i}", "synthesis")
             self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs,
                                                                          synthesize_here=self._procs is None).run))
-        if self._procs is not None:
-            lanes = self._procs.lanes(lambda name, device: self._worker(name, "proving", device=device), stages, tracker,
-                                      self._r1cs, self.config.max_attempts)
-            self._device_threads += [spawn(lane.state.name, lane.run) for lane in lanes]
+        if self._procs is not None:  # K lanes per worker process, each feeding it one job at a time
+            self._device_threads += [spawn(lane.state.name, lane.run) for lane in self._procs.lanes(
+                lambda name, device: self._worker(name, "proving", device=device), stages, tracker, self._r1cs, self.config.max_attempts)]
         provers = [(self._worker(f"prove-{backend.device}-{k}" if is_device_backend(backend) else f"prove-{i}", "proving",
                                  backend), backend)
                    for i, (backend, lanes) in enumerate(zip(self.backends, self.proofs_per_device)) for k in range(lanes)]
@@ -330,15 +317,11 @@ class Engine(TrackedJobs):
             self._r1cs.pop(name, None)
         else:
             self._r1cs[name] = str(Path(r1cs_path).resolve())
-        if self._procs is not None:
-            self._procs.key_registered(name, str(Path(zkey_path).resolve()))
         self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name),
                               None if calculator is None else str(calculator.path))
 
     def unregister_key(self, name: str) -> None:
         self.keys.unregister(name)
-        if self._procs is not None:
-            self._procs.key_registered(name, None)
         self._r1cs.pop(name, None)
         self.witnesses.set(name, None)
         self.journal.forget_key(name)
@@ -438,8 +421,7 @@ class Engine(TrackedJobs):
         return True
 
     # ---- housekeeping and status ------------------------------------------------------------
-    def _resident_bytes(self) -> int:
-        """What the kernel holds resident for this engine: this process and its device worker processes."""
+    def _resident_bytes(self) -> int:  # what the kernel holds resident for this engine and its worker processes
         return read_rss_bytes() + (self._procs.rss_bytes() if self._procs is not None else 0)
 
     def _housekeeping_loop(self) -> None:
@@ -509,7 +491,6 @@ class Engine(TrackedJobs):
             "peaks": self.admission.peaks,
             "config": {"backend": self._procs.backend_names if self._procs else [b.name for b in self.backends], "verify": self.config.verify,
                        "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
-                       "key_tier": self.config.key_tier,
-                       "key_home": self.config.key_home,
+                       "key_tier": self.config.key_tier, "key_home": self.config.key_home,
                        "data_dir": str(self.config.data_dir)},
         }

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..keys.manager import KeyManager
 from ..memory.limits import read_rss_bytes
 from ..prover.groth16 import Proof, ProofCancelled, ProvingError
 from .config import EngineConfig
@@ -278,9 +279,12 @@ class DeviceProcess:
 class DeviceProcesses:
     """The engine's device worker processes, and the one owner of what their devices can hold."""
 
-    def __init__(self, config: EngineConfig, ordinals: list[int] | None, keys: dict[str, str]):
-        """``ordinals``: CUDA devices, one process each; None: one process proving on the CPU."""
-        specs = [ChildSpec(device=d, proofs_per_device=config.proofs_per_device, keys=dict(keys),
+    def __init__(self, config: EngineConfig, ordinals: list[int] | None, keys: KeyManager):
+        """``ordinals``: CUDA devices, one process each; None: one process proving on the CPU. ``keys``: the registered
+        keys, whose files the children read (K is sized for those registered now)."""
+        self.keys = keys
+        registered = {name: str(keys.path(name)) for name in keys.names()}
+        specs = [ChildSpec(device=d, proofs_per_device=config.proofs_per_device, keys=registered,
                            chunk_bytes=config.load_chunk_bytes, log_level=logging.getLogger().getEffectiveLevel())
                  for d in (ordinals if ordinals is not None else [None])]
         self.children = [DeviceProcess(spec) for spec in specs]
@@ -296,22 +300,13 @@ class DeviceProcesses:
         self.proofs_per_device = [child.report["proofs"] for child in self.children]
         self.backend_names = [child.report["backend"] for child in self.children]
         self._described: dict[str, tuple[str, list[dict]]] = {}  # key name → (its path, each child's answer)
-        self._paths: dict[str, str] = {}
-        self._lock = threading.Lock()  # a leaf: guards the two dicts above
+        self._lock = threading.Lock()  # a leaf: guards _described
 
     # ---- what the devices hold (admission asks) ---------------------------------------------
-    def key_registered(self, name: str, path: str | None) -> None:
-        """The key ``name`` is now at ``path`` (None: unregistered): its answers are asked again when needed."""
-        with self._lock:
-            self._described.pop(name, None)
-            if path is None:
-                self._paths.pop(name, None)
-            else:
-                self._paths[name] = path
-
     def _answers(self, name: str) -> list[dict]:
+        """Each child's answer about key ``name`` (UnknownKeyError when unregistered), asked once per registration."""
+        path = str(self.keys.path(name))
         with self._lock:
-            path = self._paths[name]
             described = self._described.get(name)
         if described is not None and described[0] == path:
             return described[1]

@@ -213,6 +213,11 @@ class KeyManager:
         with self._lock:
             return self._get(name).header
 
+    def path(self, name: str) -> Path:
+        """The registered key's file (resolved)."""
+        with self._lock:
+            return self._get(name).path
+
     def footprint(self, name: str, tier: KeyTier | None = None) -> int:
         """Host bytes ``name`` holds at ``tier`` (default: its home, ``home``)."""
         tier = tier or self.home(name)
