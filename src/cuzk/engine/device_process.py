@@ -6,6 +6,8 @@ ordinal — and loads each key itself from the key's file when a job first needs
 the hot copy (``keys.host.load_hot``), on a GPU the verifier's IC points on the host and the
 bases and coefficients in VRAM through the device tier (``keys.device.DeviceKeys``, which reads
 them with ``load_from_disk``), so every key is homed on the device and its A·w, B·w made there.
+It holds K + ``JOBS_AHEAD`` jobs: each is synthesized on a thread of its own, then proved in one
+of the K lanes when one is free.
 
 Messages are small tuples on one pipe. In: ``("prove", job id, key name, key path, witness
 path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name, args)``,
@@ -40,7 +42,8 @@ from ..prover.sizing import device_vector_bytes, holds_device_vectors
 
 log = logging.getLogger("cuzk.engine")
 
-EXIT_DEVICE_ERROR = 70  # a CUDA error: the process ends so that its device context starts afresh
+EXIT_DEVICE_ERROR = 70
+JOBS_AHEAD = 1  # jobs a process holds beyond its K proving lanes: their synthesis overlaps the proofs  # a CUDA error: the process ends so that its device context starts afresh
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,12 @@ class DeviceChild:
             self.conn.send(message)
 
     def serve(self) -> None:
-        lanes = [threading.Thread(target=self._lane, name=f"cuzk-lane-{k}", daemon=True) for k in range(self.proofs)]
+        # K lanes prove; one more job than that is taken, so the next one's synthesis overlaps them (the parent feeds
+        # K + JOBS_AHEAD at once).
+        self._lanes: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(self.proofs):
+            self._lanes.put(self.backend.new_lane() if self.on_device else None)
+        lanes = [threading.Thread(target=self._work, name=f"cuzk-job-{k}", daemon=True) for k in range(self.proofs + JOBS_AHEAD)]
         for lane in lanes:
             lane.start()
         self._send(("ready", {"pid": os.getpid(), "backend": self.backend.name, "device": self.spec.device,
@@ -127,6 +135,8 @@ class DeviceChild:
                     self._jobs.put(None)
                 for lane in lanes:
                     lane.join()
+                while self.on_device and not self._lanes.empty():
+                    self._lanes.get().close()
                 return
 
     # ---- calls ------------------------------------------------------------------------------
@@ -153,26 +163,21 @@ class DeviceChild:
         return warm_up([self.backend], curves)
 
     # ---- proving ----------------------------------------------------------------------------
-    def _lane(self) -> None:
-        lane = self.backend.new_lane() if self.on_device else None
-        try:
-            while (item := self._jobs.get()) is not None:
-                job_id = item[0]
-                cancel = self._cancels[job_id]
-                self._send(("started", job_id))
-                try:
-                    proof = self._prove(*item[1:], cancelled=cancel.is_set, lane=lane)
-                except (ProofCancelled, KeyLoadCancelled):
-                    self._send(("cancelled", job_id))
-                except BaseException as exc:  # noqa: BLE001 — the job's outcome, never the lane's end
-                    self._failed(job_id, exc)
-                else:
-                    self._send(("proved", job_id, proof))
-                finally:
-                    self._cancels.pop(job_id, None)
-        finally:
-            if lane is not None:
-                lane.close()
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job_id = item[0]
+            cancel = self._cancels[job_id]
+            self._send(("started", job_id))
+            try:
+                proof = self._prove(*item[1:], cancelled=cancel.is_set)
+            except (ProofCancelled, KeyLoadCancelled):
+                self._send(("cancelled", job_id))
+            except BaseException as exc:  # noqa: BLE001 — the job's outcome, never the thread's end
+                self._failed(job_id, exc)
+            else:
+                self._send(("proved", job_id, proof))
+            finally:
+                self._cancels.pop(job_id, None)
 
     def _failed(self, job_id: str, exc: BaseException) -> None:
         from .tracker import REQUEST_ERRORS
@@ -206,13 +211,21 @@ class DeviceChild:
             self._keys[name] = (Path(path), zkey, held)
             return zkey, held
 
-    def _prove(self, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled, lane):
-        """The job's synthesis and proving half, as the in-process workers do them (deferred to the device on a GPU)."""
+    def _prove(self, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
+        """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w
+        deferred to the device on a GPU)."""
         zkey, held = self._key(name, key_path)
         witness = read_wtns(witness_path)
         r1cs = read_r1cs(r1cs_path) if r1cs_path else None
         synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled, defer_ab=self.on_device)
         del witness, r1cs
+        lane = self._lanes.get()
+        try:
+            return self._prove_synthesized(name, zkey, held, synthesis, cancelled, lane)
+        finally:
+            self._lanes.put(lane)
+
+    def _prove_synthesized(self, name: str, zkey: ZKey, held, synthesis, cancelled, lane):
         if not self.on_device:
             return prove_synthesized(self.backend, zkey, synthesis, cancelled=cancelled)
         header: ZKeyHeader = held.header

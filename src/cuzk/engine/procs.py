@@ -37,7 +37,7 @@ from ..keys.manager import KeyManager
 from ..memory.limits import read_rss_bytes
 from ..prover.groth16 import Proof, ProofCancelled, ProvingError
 from .config import EngineConfig
-from .device_process import ChildSpec, main
+from .device_process import JOBS_AHEAD, ChildSpec, main
 from .jobs import JobState, abandoned_reason
 from .scheduler import SchedulerClosed
 from .tracker import JobTracker, LiveJob
@@ -326,10 +326,11 @@ class DeviceProcesses:
 
     # ---- the rest ---------------------------------------------------------------------------
     def lanes(self, make_state, stages: Stages, tracker: JobTracker, r1cs_paths, max_attempts: int) -> list[ProcessLane]:
-        """K parent-side lanes per child, each feeding one job at a time to it; ``make_state(name, device)``."""
+        """K + ``JOBS_AHEAD`` parent-side lanes per child, each feeding one job at a time to it (so the child synthesizes
+        the next while K prove); ``make_state(name, device)``."""
         return [ProcessLane(make_state(f"prove-{child.name.replace(' ', '')}-{k}", child.spec.device), child, stages,
                             tracker, r1cs_paths, max_attempts)
-                for child, proofs in zip(self.children, self.proofs_per_device) for k in range(proofs)]
+                for child, proofs in zip(self.children, self.proofs_per_device) for k in range(proofs + JOBS_AHEAD)]
 
     def warm_up(self, curves: set[str]) -> float:
         """Every child proves the warm-up circuit on each curve (at once); the longest took this many seconds."""
