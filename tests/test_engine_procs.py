@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
-from conftest import snarkjs_verify
+from conftest import REPO, snarkjs_verify, wait_for
 from cuzk.engine import JobState, Priority
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
@@ -118,6 +122,34 @@ def test_stop_joins_the_worker_processes(make_engine, circuits):
     engine.stop()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (absent, or a zombie nobody reaped yet: it runs no more)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_process_exits_when_its_engine_dies(tmp_path):
+    code = textwrap.dedent(f"""
+        import threading
+        from cuzk.engine import Engine, EngineConfig
+        from cuzk.memory.budget import MemoryBudget
+        if __name__ == "__main__":
+            engine = Engine(EngineConfig(data_dir={str(tmp_path / "data")!r}, backend="cpu", reconcile=False,
+                                         device_processes=True), budget=MemoryBudget(1 << 30))
+            print(engine.status()["device_processes"][0]["pid"], flush=True)
+            threading.Event().wait()
+    """)
+    engine = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        worker = int(engine.stdout.readline())
+    finally:
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait()
+    wait_for(lambda: _gone(worker), 60, "the worker process to exit after its engine")
 
 
 @pytest.mark.gpu
