@@ -96,20 +96,20 @@ class DeviceChild:
             except (OSError, ValueError) as exc:  # the parent logged it at registration; its jobs fail with it
                 log.warning("key %r not sized for: %s", name, exc)
         self.proofs = proofs_per_backend(spec.proofs_per_device, [self.backend], headers)[0]
+        self._lanes: queue.SimpleQueue = queue.SimpleQueue()  # the K lanes a synthesized job waits for
+        for _ in range(self.proofs):
+            self._lanes.put(self.backend.new_lane() if self.on_device else None)
 
     def _send(self, message: tuple) -> None:
         with self._send_lock:
             self.conn.send(message)
 
     def serve(self) -> None:
-        # K lanes prove; one more job than that is taken, so the next one's synthesis overlaps them (the parent feeds
-        # K + JOBS_AHEAD at once).
-        self._lanes: queue.SimpleQueue = queue.SimpleQueue()
-        for _ in range(self.proofs):
-            self._lanes.put(self.backend.new_lane() if self.on_device else None)
-        lanes = [threading.Thread(target=self._work, name=f"cuzk-job-{k}", daemon=True) for k in range(self.proofs + JOBS_AHEAD)]
-        for lane in lanes:
-            lane.start()
+        # A thread per job held: K prove while the next one's synthesis overlaps them (the parent feeds K + JOBS_AHEAD).
+        threads = [threading.Thread(target=self._work, name=f"cuzk-job-{k}", daemon=True)
+                   for k in range(self.proofs + JOBS_AHEAD)]
+        for thread in threads:
+            thread.start()
         self._send(("ready", {"pid": os.getpid(), "backend": self.backend.name, "device": self.spec.device,
                               "proofs": self.proofs,
                               "vram_bytes": self.backend.vram.total_bytes if self.on_device else None}))
@@ -131,10 +131,10 @@ class DeviceChild:
             elif kind == "exit":
                 for cancel in list(self._cancels.values()):
                     cancel.set()
-                for _ in lanes:
+                for _ in threads:
                     self._jobs.put(None)
-                for lane in lanes:
-                    lane.join()
+                for thread in threads:
+                    thread.join()
                 while self.on_device and not self._lanes.empty():
                     self._lanes.get().close()
                 return

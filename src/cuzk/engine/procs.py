@@ -98,6 +98,7 @@ class DeviceProcess:
         self._lock = threading.Lock()  # a leaf: guards the pipe, the waiters and the closing flag
         self._up = threading.Condition(self._lock)
         self._process = self._conn = None
+        self._starting = None  # the pipe of a process launched, not ready yet
         self._jobs: dict[str, _Waiter] = {}
         self._calls: dict[int, _Waiter] = {}
         self._next_call = 0
@@ -115,17 +116,17 @@ class DeviceProcess:
         process = self._context.Process(target=main, args=(child, self.spec), name=f"cuzk-{self.name}", daemon=True)
         process.start()
         child.close()  # the child's end lives in the child alone: its death is this end's EOF
-        self._process, self._pending_conn = process, parent
+        self._process, self._starting = process, parent
 
     def wait_ready(self) -> None:
         """Read the child's report; raise when it died starting. Then its reader thread serves it."""
-        conn, process = self._pending_conn, self._process
+        conn, process = self._starting, self._process
         try:
             kind, report = conn.recv()
         except (EOFError, OSError):
+            conn.close()
             process.join()
             raise RuntimeError(f"the {self.name} worker process failed to start ({_exit_cause(process.exitcode)})") from None
-        assert kind == "ready", kind
         with self._lock:
             self.report, self._conn = report, conn
             self._up.notify_all()
@@ -211,9 +212,10 @@ class DeviceProcess:
             elif kind == "failed":
                 error = DeviceProcessError if message[2] == "request" else DeviceProcessInternalError
                 waiter.settle(error=error(message[3]))
-            elif kind == "answer":
-                ok, value = message[2], message[3]
-                waiter.settle(value) if ok else waiter.settle(error=RuntimeError(f"{self.name} worker process: {value}"))
+            elif message[2]:  # an answer
+                waiter.settle(message[3])
+            else:
+                waiter.settle(error=RuntimeError(f"{self.name} worker process: {message[3]}"))
 
     def _died(self) -> bool:
         """The pipe's EOF: settle what the child held, then restart it; False when it was asked to stop."""
@@ -223,18 +225,18 @@ class DeviceProcess:
             self._conn.close()
             self._conn = None
             closing = self._closing
-            waiters = list(self._jobs.items()) + [(f"call {k}", w) for k, w in self._calls.items()]
+            jobs, waiters = len(self._jobs), [*self._jobs.values(), *self._calls.values()]
             self._jobs.clear()
             self._calls.clear()
         cause = _exit_cause(process.exitcode)
         died = DeviceProcessDied(f"the {self.name} worker process (pid {process.pid}) died: {cause}")
-        for _, waiter in waiters:
+        for waiter in waiters:
             waiter.settle(error=ProofCancelled() if closing else died)
         if closing:
             return False
         self.last_exit = cause
         log.error("the %s worker process (pid %d) died (%s) holding %d job(s); restarting it, its jobs go back to the "
-                  "queue", self.name, process.pid, cause, len([k for k, _ in waiters if not k.startswith("call ")]))
+                  "queue", self.name, process.pid, cause, jobs)
         backoff = RESTART_BACKOFF_S[0]
         while True:
             try:
@@ -272,7 +274,7 @@ class DeviceProcess:
     def status(self) -> dict[str, Any]:
         alive = self._process is not None and self._process.is_alive()
         return {"name": self.name, "pid": self.pid, "device": self.spec.device, "backend": self.report.get("backend"),
-                "proofs_per_device": self.report.get("proofs"), "alive": alive, "restarts": self.restarts,
+                "proofs_per_device": self.report.get("proofs"), "vram_bytes": self.report.get("vram_bytes"), "alive": alive, "restarts": self.restarts,
                 "last_exit": self.last_exit, "jobs": self.jobs()}
 
 
