@@ -27,7 +27,7 @@ def _child(engine) -> dict:
 
 
 class KillOnProving:
-    """A listener that SIGKILLs the worker process the moment it reports the job in its hands (its lane took it)."""
+    """A listener that SIGKILLs the worker process the moment it reports the job's proving half begun there."""
 
     def __init__(self, engine):
         self.engine = engine

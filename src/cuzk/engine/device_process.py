@@ -11,7 +11,7 @@ of the K lanes when one is free.
 
 Messages are small tuples on one pipe. In: ``("prove", job id, key name, key path, witness
 path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name, args)``,
-``("exit",)``. Out: ``("ready", report)`` once, then ``("started", job id)``, ``("proved", job
+``("exit",)``. Out: ``("ready", report)`` once, then ``("proving", job id)`` (synthesized), ``("proved", job
 id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
 ``("answer", request id, ok, value)``. The witness is read from the journal's file here, so no
 array crosses the pipe. An EOF on the pipe means the parent died: the process exits at once,
@@ -167,9 +167,8 @@ class DeviceChild:
         while (item := self._jobs.get()) is not None:
             job_id = item[0]
             cancel = self._cancels[job_id]
-            self._send(("started", job_id))
             try:
-                proof = self._prove(*item[1:], cancelled=cancel.is_set)
+                proof = self._prove(job_id, *item[1:], cancelled=cancel.is_set)
             except (ProofCancelled, KeyLoadCancelled):
                 self._send(("cancelled", job_id))
             except BaseException as exc:  # noqa: BLE001 — the job's outcome, never the thread's end
@@ -211,14 +210,15 @@ class DeviceChild:
             self._keys[name] = (Path(path), zkey, held)
             return zkey, held
 
-    def _prove(self, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
+    def _prove(self, job_id: str, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
         """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w
-        deferred to the device on a GPU)."""
+        deferred to the device on a GPU); the parent hears when the proving half begins."""
         zkey, held = self._key(name, key_path)
         witness = read_wtns(witness_path)
         r1cs = read_r1cs(r1cs_path) if r1cs_path else None
         synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled, defer_ab=self.on_device)
         del witness, r1cs
+        self._send(("proving", job_id))
         lane = self._lanes.get()
         try:
             return self._prove_synthesized(name, zkey, held, synthesis, cancelled, lane)

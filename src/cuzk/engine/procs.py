@@ -64,7 +64,7 @@ class DeviceProcessDied(RuntimeError):
 class _Waiter:
     """One answer awaited from a child: a job's outcome, or a call's value."""
 
-    on_started: Any = None
+    on_proving: Any = None
     done: threading.Event = field(default_factory=threading.Event)
     value: Any = None
     error: BaseException | None = None
@@ -141,9 +141,10 @@ class DeviceProcess:
         return self._process.pid if self._process is not None else None
 
     # ---- requests ---------------------------------------------------------------------------
-    def prove(self, job: LiveJob, key_path: str, witness_path: str, r1cs_path: str | None, on_started) -> Proof:
-        """The job's proof from the child (waiting for a restarting child); ``on_started`` when its lane takes it."""
-        waiter = _Waiter(on_started)
+    def prove(self, job: LiveJob, key_path: str, witness_path: str, r1cs_path: str | None, on_proving) -> Proof:
+        """The job's proof from the child (waiting for a restarting child); ``on_proving`` when its proving half begins
+        there (synthesized)."""
+        waiter = _Waiter(on_proving)
         with self._lock:
             while self._conn is None and not self._closing:
                 self._up.wait()
@@ -195,11 +196,11 @@ class DeviceProcess:
                     return
                 continue
             kind, key = message[0], message[1]
-            if kind == "started":
+            if kind == "proving":
                 with self._lock:
                     waiter = self._jobs.get(key)
                 if waiter is not None:
-                    waiter.on_started()
+                    waiter.on_proving()
                 continue
             with self._lock:
                 waiter = (self._calls if kind == "answer" else self._jobs).pop(key, None)
@@ -397,7 +398,7 @@ class ProcessLane:
                 job.checkpoint()
                 proof = self.child.prove(job, str(job.grant.lease.home.path), str(self.tracker.journal.witness_path(job.id)),
                                          self._r1cs_paths.get(job.circuit),
-                                         on_started=lambda job=job: self.tracker.set_state(job, JobState.PROVING))
+                                         on_proving=lambda job=job: self.tracker.set_state(job, JobState.PROVING))
             except DeviceProcessDied as exc:
                 self._after_death(job, exc)
             except BaseException as exc:  # noqa: BLE001 — every failure ends the job, never the lane
