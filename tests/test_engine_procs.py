@@ -18,7 +18,8 @@ from cuzk.engine import JobState, Priority
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
 from cuzk.prover.verify import vkey_from_zkey
-from test_engine import SLOW, circuits, make_engine, synthesize_public, write_result  # noqa: F401 — fixtures reused
+from test_engine import (SLOW, circuits, make_engine, synthesize_public, unsatisfied_witness,  # noqa: F401 — fixtures reused
+                         write_result)
 
 
 def _child(engine) -> dict:
@@ -113,6 +114,16 @@ def test_cancel_while_in_the_worker_process_frees_its_reservation(make_engine, c
     assert _child(engine)["restarts"] == 0 and _child(engine)["jobs"] == []
     # The worker process carries on.
     assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_a_request_error_in_the_worker_process_fails_the_job_with_its_message(make_engine, circuits, tmp_path):
+    c = circuits["small"]
+    engine = make_engine(keys=(), device_processes=True)
+    engine.register_key("small", c.zkey, c.r1cs)
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
+    assert record.state is JobState.FAILED and "constraint" in record.error and "internal" not in record.error
+    assert _child(engine)["restarts"] == 0 and engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+    assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
 
 
 def test_stop_joins_the_worker_processes(make_engine, circuits):
