@@ -13,6 +13,8 @@ One synthetic BN254 circuit of 2^log_n - 8 constraints (made with ``circuits.syn
 3. engine end to end: the daemon's engine (``devices = [0..k-1]``, CPU synthesis workers,
    self-verification off) proving --proofs jobs submitted at once: proofs/s and the ratio.
    The CPU's synthesis feeds every device, so this ratio is capped by the host's cores.
+   With --device-processes, each count runs again with a worker process per GPU
+   (``device_processes = true``) and its ratio to the in-process engine is printed.
 
 Every proof of the engine runs is counted only if DONE; one per run is checked with cuzk's
 verifier. Prints a summary table at the end; --out writes the rows as JSON.
@@ -130,10 +132,15 @@ SUBMITTERS = 8  # client threads submitting at once in the engine run
 
 
 def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_workers: int | str,
-               verify_proofs: bool = False, profile: bool = False) -> dict:
+               verify_proofs: bool = False, profile: bool = False, *, device_processes: bool = False,
+               backend: str = "cuda") -> dict:
+    """The engine end to end on ``gpus`` devices (``backend`` "cpu": the CPU, ``gpus`` ignored), threads or
+    ``device_processes``."""
     with tempfile.TemporaryDirectory() as data_dir:
-        config = EngineConfig(data_dir=data_dir, backend="cuda", devices=list(range(gpus)), verify=verify_proofs,
-                              synth_workers=synth_workers, reconcile=False, measure_peaks=False, keys={"k": str(zkey_path)})
+        devices = list(range(gpus)) if backend == "cuda" else "all"
+        config = EngineConfig(data_dir=data_dir, backend=backend, devices=devices, verify=verify_proofs,
+                              synth_workers=synth_workers, reconcile=False, measure_peaks=False, keys={"k": str(zkey_path)},
+                              device_processes=device_processes)
         with Engine(config) as engine:
             warm = [engine.submit("k", wtns_path) for _ in range(2 * gpus)]  # uploads the key to every device, compiles
             for job in warm:
@@ -159,7 +166,7 @@ def engine_run(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, synth_w
         proof = parse_proof(ok[-1].proof, curve=zkey.curve)
         verified = verify(vkey_from_zkey(zkey), [int(v) for v in ok[-1].public_signals], proof)
     per_worker = {w["name"]: w["jobs_done"] for w in status["workers"] if w["kind"] == "proving"}
-    return {"gpus": gpus, "proofs": proofs, "done": len(ok), "seconds": round(seconds, 3), "proofs_per_s": len(ok) / seconds,
+    return {"gpus": gpus, "device_processes": device_processes, "proofs": proofs, "done": len(ok), "seconds": round(seconds, 3), "proofs_per_s": len(ok) / seconds,
             "submit_s": round(submit_s, 3), "witness_bytes": wtns_path.stat().st_size, "per_worker": per_worker, "verified": verified, "failed": failed[:3],
             "resident": {d["device"]: list(d["keys"]) for d in status["devices"]}, "proofs_per_device": status["config"]["proofs_per_device"],
             **({"host_profile": host} if host is not None else {})}
@@ -205,6 +212,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-residency", action="store_true", help="skip the residency measurement")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
     ap.add_argument("--skip-engine", action="store_true", help="only the residency and devices-only measurements")
+    ap.add_argument("--device-processes", action="store_true",
+                    help="engine run: also with device_processes = true (a worker process per GPU), and the ratio")
     ap.add_argument("--out", type=Path, help="write the rows as JSON here")
     args = ap.parse_args(argv)
 
@@ -232,8 +241,10 @@ def main(argv=None) -> int:
     out["engine"] = []
     if not args.skip_engine:
         for g in counts:
-            out["engine"].append(engine_run(zkey, wtns, g, args.proofs, args.synth_workers, args.verify, args.profile))
-            print(json.dumps({"engine": out["engine"][-1]}), flush=True)
+            for processes in (False, True) if args.device_processes else (False,):
+                out["engine"].append(engine_run(zkey, wtns, g, args.proofs, args.synth_workers, args.verify, args.profile,
+                                                device_processes=processes))
+                print(json.dumps({"engine": out["engine"][-1]}), flush=True)
     if args.out:
         args.out.write_text(json.dumps(out, indent=1))
 
@@ -241,7 +252,8 @@ def main(argv=None) -> int:
         r = out["residency"]
         print(f"\n2^{args.log_n} BN254 proof, proving half on one GPU: bases uploaded per MSM {r['uploaded_per_msm_ms']:.1f} ms, "
               f"resident {r['resident_ms']:.1f} ms (residency gain {r['residency_gain']:.2f}x)")
-    for label, rows in (("devices only", out["devices_only"]), ("engine end to end", out["engine"])):
+    threads = [row for row in out["engine"] if not row["device_processes"]]
+    for label, rows in (("devices only", out["devices_only"]), ("engine end to end", threads)):
         if not rows:
             continue
         base = rows[0]["proofs_per_s"]
@@ -252,6 +264,11 @@ def main(argv=None) -> int:
                      if "submit_s" in row else "")
                   + ("" if row.get("verified", True) else "  PROOF DID NOT VERIFY"))
     for row in out["engine"]:
+        if row["device_processes"]:
+            peer = next(t for t in threads if t["gpus"] == row["gpus"])
+            print(f"engine with device_processes ÷ in-process, {row['gpus']} GPU(s): "
+                  f"{row['proofs_per_s'] / peer['proofs_per_s']:.2f} ({row['proofs_per_s']:.2f} vs {peer['proofs_per_s']:.2f} proofs/s)")
+            continue
         peer = next((d for d in out["devices_only"] if d["gpus"] == row["gpus"]), None)
         if peer is not None:
             print(f"engine ÷ devices only, {row['gpus']} GPU(s): {row['proofs_per_s'] / peer['proofs_per_s']:.2f} "

@@ -110,9 +110,14 @@ class Admission:
     """Admits jobs against the key manager and the host budget, and learns each circuit's peak."""
 
     def __init__(self, budget: MemoryBudget, keys: KeyManager, journal: Journal, *, on_device: bool,
-                 r1cs_paths: Mapping[str, str], runtime: RuntimeReservation | None = None, measure_peaks: bool = True):
+                 r1cs_paths: Mapping[str, str], runtime: RuntimeReservation | None = None, measure_peaks: bool = True,
+                 devices=None):
+        """``devices`` answers what the proving devices hold (``synthesizes_on_devices``, ``holds_vectors_on_devices``,
+        ``why_not_on_devices``): the key manager, whose VRAM tiers they are, or the device worker processes that own
+        them (``engine.procs``)."""
         self.budget = budget
         self.keys = keys
+        self.devices = devices if devices is not None else keys
         self.journal = journal
         self.on_device = on_device  # jobs are proved on a device backend (sizes the host working set)
         self._r1cs_paths = r1cs_paths  # the engine's registry, read here
@@ -140,8 +145,8 @@ class Admission:
         when the devices synthesize the circuit's proofs (``device_synthesis``: the synthesis worker defers them), and
         without the other domain-sized vectors when every device holds a proof's vectors beside the key
         (``device_vectors``: the proving worker waits for their VRAM)."""
-        device_synthesis = self.on_device and self.keys.synthesizes_on_devices(circuit)
-        device_vectors = self.on_device and self.keys.holds_vectors_on_devices(circuit)
+        device_synthesis = self.on_device and self.devices.synthesizes_on_devices(circuit)
+        device_vectors = self.on_device and self.devices.holds_vectors_on_devices(circuit)
         path = proving_path(on_device=self.on_device, device_synthesis=device_synthesis, device_vectors=device_vectors)
         return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
                                 device_vectors=device_vectors, r1cs_path=self._r1cs_paths.get(circuit),
@@ -203,7 +208,7 @@ class Admission:
         runtime = self._runtime.nbytes if self._runtime is not None else 0  # the process itself: never given back
         if key_bytes + workset.total_bytes > self.budget.total_bytes - runtime:
             beside = f" beside the engine's own {format_size(runtime)}" if runtime else ""
-            devices = self.keys.why_not_on_devices(circuit) if self.on_device else ""
+            devices = self.devices.why_not_on_devices(circuit) if self.on_device else ""
             vram = f", and its key cannot be homed in VRAM instead ({devices})" if devices else ""
             raise JobTooLarge(
                 f"circuit {circuit!r} needs {format_size(key_bytes)} for its key plus {format_size(workset.total_bytes)} "

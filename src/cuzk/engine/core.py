@@ -51,15 +51,12 @@ The API, all thread-safe:
 - ``add_listener(fn)`` — ``fn(job_id, state)`` is called from the worker thread at every
   state change, before the worker's next cancellation check (observers, streaming status).
 
-Inside, one owner per concept: ``tracker`` (live jobs and their transitions), ``admission``
-(can this job start now, with what key and working set), ``workers`` (synthesis, K per
-device, finishing, the device-error policy), ``devices`` (the backends and their K),
-``scheduler`` (the priority queues), the ``journal``; this module builds and wires them, and
-nothing below imports it. Each device has its own backend, VRAM budget and resident keys and
-runs ``proofs_per_device`` proofs at once ("auto": as many as fit its VRAM beside the largest
-key registered at construction, at most 4), each in a lane of its own streams, its copies
-staged through one pinned pool charged to the host budget. ``synth_workers`` ("auto": one
-more than the proofs all devices run at once, 1 on the CPU) bounds the jobs synthesized ahead.
+Inside, one owner per concept: ``tracker``, ``admission``, ``workers`` (synthesis, K per device,
+finishing, the device-error policy), ``devices`` (the backends and their K), ``procs`` (with
+``device_processes``: a worker process owns each device), ``scheduler``, the ``journal``; this
+module builds and wires them, and nothing below imports it. Threads by default: on an H200 the
+engine proves at 0.98–1.10 of the rate of bare device lanes (kernels, synthesis, CPU MSMs
+release the GIL); worker processes are for isolation and several GPUs.
 
 Lock order (outermost first; a thread holding one only takes those below it):
 ``Admission._admitting`` → the key manager's locks → the budget's lock;
@@ -68,7 +65,7 @@ a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evi
 ``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
 the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
 Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
-schedulers' conditions, a lane's lock.
+schedulers' conditions, a lane's lock, ``DeviceProcess._lock``, ``DeviceProcesses._lock``.
 No lock is held while a job's listener runs, while a worker waits for a stage, while a
 lane waits for another lane's key upload, or while a proof waits for its vectors' VRAM (but
 the budget's own condition).
@@ -77,9 +74,6 @@ the budget's own condition).
 the journal, so the next engine on the data directory replays it (as after a crash). A job
 whose attempts reach ``max_attempts`` (the engine died under it each time, e.g. OOM kills)
 is failed at replay instead of being retried forever.
-
-Threads, not processes: on an H200 the engine proves at 0.98–1.10 of the rate of bare device
-lanes, so one GPU does not wait for the GIL (kernels, synthesis, CPU MSMs release it).
 """
 
 from __future__ import annotations
@@ -105,10 +99,11 @@ from ..memory.units import format_size
 from ..prover.sizing import WorkingSet
 from .admission import Admission, JobTooLarge
 from .config import EngineConfig
-from .devices import make_backends, proofs_per_backend
+from .devices import device_ordinals, make_backends, proofs_per_backend
 from .intake import FileIdentity, journal_witness
-from .jobs import JobError, JobState, Priority
+from .jobs import JobError, JobState, Priority, abandoned_reason
 from .journal import DataDirLock, Journal
+from .procs import DeviceProcesses
 from .scheduler import SchedulerClosed
 from .tracker import EngineStopped, JobTracker, LiveJob, TrackedJobs
 from .witnesses import WitnessCalculators
@@ -127,37 +122,44 @@ class Engine(TrackedJobs):
         self._dir_lock.acquire()
         try:
             self._owns_reconciler = False
+            self._procs: DeviceProcesses | None = None  # device_processes: the devices' owners
             self.runtime: RuntimeReservation | None = None
             if budget is None:
                 budget, reconciler = self._plan_budget()
                 # The engine's own memory, inside the budget it planned (a given budget is the caller's to size): what
                 # the kernel charges for it, so the file-backed pages another cgroup was charged for are not reserved.
-                charged = read_rss_bytes if reconciler is None else (lambda: min(read_rss_bytes(), reconciler.measure()))
+                charged = self._resident_bytes if reconciler is None else (lambda: min(self._resident_bytes(), reconciler.measure()))
                 self.runtime = RuntimeReservation(budget, rss=charged)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
-            self.backends = backends if backends is not None else make_backends(config)
-            on_device = any(is_device_backend(b) for b in self.backends)
+            ordinals = device_ordinals(config) if config.device_processes else None
+            self.backends = [] if config.device_processes else backends if backends is not None else make_backends(config)
+            on_device = ordinals is not None or any(is_device_backend(b) for b in self.backends)
             if config.key_home == "device" and not on_device:
                 raise ValueError("key_home = \"device\" needs a device backend (CUDA); this engine proves on the CPU")
             # Hot keys in page-locked memory only when a device copies from them (locking pages costs load time).
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
-                                   default_tier=KeyTier(config.key_tier), allocator=None if on_device else PageAlignedAllocator(),
-                                   key_home=config.key_home)
+                                   default_tier=KeyTier(config.key_tier), key_home=config.key_home,
+                                   allocator=None if self.backends and on_device else PageAlignedAllocator(),
+                                   provers_hold_keys=config.device_processes)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
+            if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
+                self._procs = DeviceProcesses(config, ordinals, self.keys)
         except BaseException:
             self._dir_lock.release()
             raise
         self.tracker = JobTracker(self.journal)
         self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
-                                   runtime=self.runtime, measure_peaks=config.measure_peaks)
+                                   runtime=self.runtime, measure_peaks=config.measure_peaks and self._procs is None,  # (not their peaks)
+                                   devices=self._procs)
         headers = [self.keys.header(name) for name in self.keys.names()]
-        self.proofs_per_device = proofs_per_backend(config.proofs_per_device, self.backends, headers)  # K per backend
+        self.proofs_per_device = (self._procs.proofs_per_device if self._procs is not None else  # K per device
+                                  proofs_per_backend(config.proofs_per_device, self.backends, headers))
         # "auto": every proving slot finds its next job synthesized when it finishes, and one more is synthesizing;
         # admission still holds them all to the host budget.
         self.synth_workers = config.synth_workers if config.synth_workers != "auto" else (
@@ -213,9 +215,8 @@ class Engine(TrackedJobs):
     def _replay(self) -> None:
         for record in self.journal.requeue_unfinished():
             if record.attempts >= self.config.max_attempts:
-                self.journal.finish(record.job_id, JobState.FAILED, error=(
-                    f"abandoned: the engine stopped unexpectedly {record.attempts} times while this job was running "
-                    f"(out of memory?); not retried again (max_attempts = {self.config.max_attempts})"))
+                self.journal.finish(record.job_id, JobState.FAILED,
+                                    error=abandoned_reason(record.attempts, self.config.max_attempts, "the engine"))
                 continue
             self._enqueue(LiveJob(record))
         if len(self.tracker):
@@ -233,7 +234,11 @@ class Engine(TrackedJobs):
         stages, tracker = self._stages, self.tracker
         for i in range(self.synth_workers):
             state = self._worker(f"synth-{i}", "synthesis")
-            self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs).run))
+            self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs,
+                                                                         synthesize_here=self._procs is None).run))
+        if self._procs is not None:  # K lanes per worker process, each feeding it one job at a time
+            self._device_threads += [spawn(lane.state.name, lane.run) for lane in self._procs.lanes(
+                lambda name, device: self._worker(name, "proving", device=device), stages, tracker, self._r1cs, self.config.max_attempts)]
         provers = [(self._worker(f"prove-{backend.device}-{k}" if is_device_backend(backend) else f"prove-{i}", "proving",
                                  backend), backend)
                    for i, (backend, lanes) in enumerate(zip(self.backends, self.proofs_per_device)) for k in range(lanes)]
@@ -245,8 +250,8 @@ class Engine(TrackedJobs):
         self._housekeeper = spawn(self._worker("housekeeping", "housekeeping").name, self._housekeeping_loop)
         return self
 
-    def _worker(self, name: str, kind: str, backend=None) -> WorkerState:
-        device = backend.device if is_device_backend(backend) else None
+    def _worker(self, name: str, kind: str, backend=None, device: int | None = None) -> WorkerState:
+        device = backend.device if is_device_backend(backend) else device
         state = WorkerState(name, kind, backend=backend.name if backend is not None else None, device=device)
         self._workers.append(state)
         return state
@@ -272,6 +277,8 @@ class Engine(TrackedJobs):
             self.tracker.interrupt(job)
         for _ in range(self.synth_workers):
             stages.slots.release()  # wake synthesis workers waiting for a slot
+        if self._procs is not None:  # their jobs stop at the next check and stay in the journal; their lanes end
+            self._procs.close(timeout)
         for thread in self._synth_threads + self._device_threads:
             thread.join(timeout)
         stages.proved.put(None)  # every device worker has stopped: what they proved is ahead of this
@@ -331,7 +338,8 @@ class Engine(TrackedJobs):
         """Compile or load the kernels of the registered keys' curves (BN254's when none) on the backends; seconds."""
         from .warmup import warm_up
 
-        return warm_up(self.backends, {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"})
+        curves = {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"}
+        return self._procs.warm_up(curves) if self._procs is not None else warm_up(self.backends, curves)
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""
@@ -407,10 +415,15 @@ class Engine(TrackedJobs):
             self._stages.slots.release()
             job.release()
             self.tracker.finish(job, JobState.CANCELLED, error="cancelled after synthesis, before proving")
+        elif self._procs is not None:  # a worker process holds it, or will: it stops at its next checkpoint
+            self._procs.cancel(job_id)
         # Otherwise a worker holds it and stops at its next checkpoint.
         return True
 
     # ---- housekeeping and status ------------------------------------------------------------
+    def _resident_bytes(self) -> int:  # what the kernel holds resident for this engine and its worker processes
+        return read_rss_bytes() + (self._procs.rss_bytes() if self._procs is not None else 0)
+
     def _housekeeping_loop(self) -> None:
         last_prune = last_heartbeat = 0.0
         while not self._stages.stopping.wait(self.config.housekeeping_interval_s):
@@ -474,10 +487,10 @@ class Engine(TrackedJobs):
                 "result_bytes": self.journal.result_bytes(),
             },
             "workers": [w.snapshot() for w in self._workers],
+            "device_processes": self._procs.status() if self._procs is not None else None,
             "peaks": self.admission.peaks,
-            "config": {"backend": [b.name for b in self.backends], "verify": self.config.verify,
+            "config": {"backend": self._procs.backend_names if self._procs else [b.name for b in self.backends], "verify": self.config.verify,
                        "synth_workers": self.synth_workers, "proofs_per_device": self.proofs_per_device,
-                       "key_tier": self.config.key_tier,
-                       "key_home": self.config.key_home,
+                       "key_tier": self.config.key_tier, "key_home": self.config.key_home,
                        "data_dir": str(self.config.data_dir)},
         }

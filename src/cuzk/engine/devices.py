@@ -21,13 +21,25 @@ log = logging.getLogger("cuzk.engine")
 
 def make_backends(config: EngineConfig) -> list:
     """One backend per configured GPU (each its own CudaBackend and VRAM budget), or the one CPU backend."""
-    from ..backends import BackendUnavailableError, cuda_available, get_backend
+    from ..backends import get_backend
+
+    ordinals = device_ordinals(config)
+    if ordinals is None:
+        return [get_backend("cpu")]
+    from ..backends.cuda import CudaBackend
+
+    return [CudaBackend(device=d) for d in ordinals]
+
+
+def device_ordinals(config: EngineConfig) -> list[int] | None:
+    """The CUDA ordinals the engine proves on, or None for the CPU backend (``backend``, ``devices``)."""
+    from ..backends import BackendUnavailableError, cuda_available
 
     if config.backend == "cpu" or (config.backend == "auto" and not cuda_available()):
-        return [get_backend("cpu")]
+        return None
     if not cuda_available():
         raise BackendUnavailableError("the cuda backend needs CuPy and an NVIDIA GPU; none was found")
-    from ..backends.cuda import CudaBackend, cupy_device_count
+    from ..backends.cuda import cupy_device_count
 
     count = cupy_device_count()
     ordinals = list(range(count)) if config.devices == "all" else config.devices
@@ -35,7 +47,7 @@ def make_backends(config: EngineConfig) -> list:
     if missing:
         raise BackendUnavailableError(f"devices {missing} do not exist: CuPy sees {count} CUDA device(s) "
                                       "(ordinals count from 0 among those CUDA_VISIBLE_DEVICES leaves visible)")
-    return [CudaBackend(device=d) for d in ordinals]
+    return ordinals
 
 
 def proofs_per_backend(wanted: int | str, backends: list, headers: Iterable[ZKeyHeader]) -> list[int]:

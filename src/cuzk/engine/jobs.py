@@ -24,6 +24,13 @@ class UnknownJobError(JobError):
         self.job_id = job_id
 
 
+def abandoned_reason(attempts: int, max_attempts: int, died: str) -> str:
+    """Why a job that was running each time its runner died (``died``: the engine, a device worker process) is failed
+    instead of retried: the one crash-count policy, ``max_attempts``."""
+    return (f"abandoned: {died} stopped unexpectedly {attempts} times while this job was running (out of memory?); "
+            f"not retried again (max_attempts = {max_attempts})")
+
+
 class Priority(IntEnum):
     """Higher value runs first; FIFO within one level."""
 

@@ -63,6 +63,7 @@ class LiveJob:
         self.grant: Grant | None = None  # what admission gave it: key lease, working-set reservation
         self.synthesis: Synthesis | None = None
         self.worker: str | None = None
+        self.attempts = record.attempts  # times started, this one included (journaled): the crash-count policy's count
         self.device_errors: list[tuple[str, str, str | None]] = []  # (device, CUDA error, self-test problem or None)
         self.lock = threading.Lock()
 
@@ -136,7 +137,7 @@ class JobTracker:
     def start(self, job: LiveJob, worker: str) -> None:
         """A worker took the job with what admission gave it: journaled as started."""
         job.worker = worker
-        self.journal.mark_started(job.id)
+        job.attempts = self.journal.mark_started(job.id)
         self.set_state(job, JobState.SYNTHESIZING)
 
     def requeue(self, job: LiveJob) -> None:

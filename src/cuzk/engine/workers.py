@@ -86,12 +86,16 @@ class Stages:
 
 
 class SynthesisWorker:
-    """Takes the most urgent queued job when a slot is free, admits it, and synthesizes it for the devices."""
+    """Takes the most urgent queued job when a slot is free, admits it, and synthesizes it for the devices (unless
+    they synthesize it themselves, in worker processes)."""
 
     def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission,
-                 r1cs_paths: Mapping[str, str]):
+                 r1cs_paths: Mapping[str, str], synthesize_here: bool = True):
+        """``synthesize_here``: False when device worker processes synthesize from the witness file (``engine.procs``):
+        this worker then only admits."""
         self.state, self.stages, self.tracker, self.admission = state, stages, tracker, admission
         self._r1cs_paths = r1cs_paths
+        self.synthesize_here = synthesize_here
 
     def run(self) -> None:
         while True:
@@ -118,6 +122,11 @@ class SynthesisWorker:
         job.grant = self.admission.admit(job)
         self.tracker.start(job, self.state.name)
         job.checkpoint()
+        if self.synthesize_here:
+            self._synthesize_here(job)
+        self.stages.ready.push(job.id, job.priority, job.seq, job)
+
+    def _synthesize_here(self, job: LiveJob) -> None:
         witness = read_wtns(self.tracker.journal.witness_path(job.id))
         r1cs_path = self._r1cs_paths.get(job.circuit)
         r1cs = read_r1cs(r1cs_path) if r1cs_path else None
@@ -125,7 +134,6 @@ class SynthesisWorker:
                                    defer_ab=job.grant.workset.device_synthesis)  # a/b then made on the device
         del witness, r1cs
         job.checkpoint()
-        self.stages.ready.push(job.id, job.priority, job.seq, job)
 
 
 def _self_test_outcome(problem: str | None) -> str:

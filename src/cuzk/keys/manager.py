@@ -150,9 +150,12 @@ class KeyManager:
         default_tier: KeyTier = KeyTier.HOT,
         allocator: HostAllocator | None = None,
         key_home: str = "auto",
+        provers_hold_keys: bool = False,
     ):
         """``allocator`` makes the hot tier's buffers and the staging rings: default, page-locked where CUDA exists,
-        else page-aligned mmap. ``key_home``: see the module docstring."""
+        else page-aligned mmap. ``key_home``: see the module docstring. ``provers_hold_keys``: the device worker
+        processes load the proving copies themselves (``engine.procs``), so every key is leased here at the device
+        tier: its header and IC points, what the verifier needs."""
         if chunk_bytes < PAGE:
             raise ValueError(f"chunk_bytes must be at least one page ({PAGE} bytes), got {chunk_bytes}")
         if idle_evict_s < 0:
@@ -162,6 +165,7 @@ class KeyManager:
         if key_home not in KEY_HOMES:
             raise ValueError(f"key_home must be one of {', '.join(KEY_HOMES)}, got {key_home!r}")
         self.key_home = key_home
+        self.provers_hold_keys = provers_hold_keys
         self.budget = budget
         self.chunk_bytes = chunk_bytes
         self.idle_evict_s = idle_evict_s
@@ -215,6 +219,11 @@ class KeyManager:
         with self._lock:
             return self._get(name).header
 
+    def path(self, name: str) -> Path:
+        """The registered key's file (resolved)."""
+        with self._lock:
+            return self._get(name).path
+
     def footprint(self, name: str, tier: KeyTier | None = None) -> int:
         """Host bytes ``name`` holds at ``tier`` (default: its home, ``home``)."""
         tier = tier or self.home(name)
@@ -225,6 +234,8 @@ class KeyManager:
         """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
         and coefficients beside a proof; the default host tier otherwise. DeviceKeyTooLarge for ``key_home =
         "device"`` and a key some device cannot hold (before anything is read)."""
+        if self.provers_hold_keys:
+            return KeyTier.DEVICE
         if self.key_home == "host":
             return self.default_tier
         header = self.header(name)

@@ -242,6 +242,16 @@ def render_status(status: dict[str, Any], jobs: list) -> list:
                         (w.get("job") or "-")[:12], str(w.get("jobs_done", 0)), health)
     out.append(workers)
 
+    if status.get("device_processes"):
+        procs = Table(title="device worker processes", title_justify="left")
+        for col in ("device", "backend", "pid", "proofs", "jobs", "restarts", "last exit"):
+            procs.add_column(col)
+        for p in status["device_processes"]:
+            procs.add_row("-" if p["device"] is None else str(p["device"]), str(p["backend"]),
+                          str(p["pid"]) + ("" if p["alive"] else " (down)"), str(p["proofs_per_device"]),
+                          " ".join(j[:8] for j in p["jobs"]) or "-", str(p["restarts"]), p["last_exit"] or "-")
+        out.append(procs)
+
     if jobs:
         table = Table(title="recent jobs", title_justify="left")
         for col in ("job", "state", "priority", "circuit", "time", "error"):

@@ -1,0 +1,243 @@
+"""The child side of a device worker process (``engine.procs``): one proving device, its keys, its K lanes.
+
+Started by ``multiprocessing``'s spawn context (never fork: CUDA contexts and the parent's
+threads do not survive a fork), it owns its backend — the CPU's, or a ``CudaBackend`` for its
+ordinal — and loads each key itself from the key's file when a job first needs it: on the CPU
+the hot copy (``keys.host.load_hot``), on a GPU the verifier's IC points on the host and the
+bases and coefficients in VRAM through the device tier (``keys.device.DeviceKeys``, which reads
+them with ``load_from_disk``), so every key is homed on the device and its A·w, B·w made there.
+It holds K + ``JOBS_AHEAD`` jobs: each is synthesized on a thread of its own, then proved in one
+of the K lanes when one is free.
+
+Messages are small tuples on one pipe. In: ``("prove", job id, key name, key path, witness
+path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name, args)``,
+``("exit",)``. Out: ``("ready", report)`` once, then ``("proving", job id)`` (synthesized), ``("proved", job
+id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
+``("answer", request id, ok, value)``. The witness is read from the journal's file here, so no
+array crosses the pipe. An EOF on the pipe means the parent died: the process exits at once,
+so no worker outlives its daemon. A CUDA error ends the process (its context may be
+poisoned): the parent restarts it and requeues its jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..backends.base import is_device_backend
+from ..formats.r1cs import read_r1cs
+from ..formats.wtns import read_wtns
+from ..formats.zkey import ZKey, ZKeyHeader, read_zkey_header
+from ..keys.errors import KeyLoadCancelled
+from ..keys.host import load_device_home, load_hot, read_chunk_bytes
+from ..keys.stream import StagingRing
+from ..prover.groth16 import ProofCancelled, prove_synthesized, synthesize
+from ..prover.sizing import device_vector_bytes, holds_device_vectors
+
+log = logging.getLogger("cuzk.engine")
+
+EXIT_DEVICE_ERROR = 70
+JOBS_AHEAD = 1  # jobs a process holds beyond its K proving lanes: their synthesis overlaps the proofs  # a CUDA error: the process ends so that its device context starts afresh
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """What a device worker process is started with (pickled once, at spawn)."""
+
+    device: int | None  # CUDA ordinal; None: the CPU backend
+    proofs_per_device: int | str
+    keys: dict[str, str]  # the keys registered at start (name → .zkey path): K is sized for the largest
+    chunk_bytes: int
+    log_level: int
+
+
+def main(conn, spec: ChildSpec) -> None:
+    """The process's entry point (spawn target)."""
+    logging.basicConfig(level=spec.log_level, format=f"%(asctime)s %(levelname)s device-worker[{os.getpid()}] %(message)s")
+    DeviceChild(conn, spec).serve()
+
+
+class DeviceChild:
+    def __init__(self, conn, spec: ChildSpec):
+        from ..memory.pinned import PageAlignedAllocator, default_allocator
+        from .devices import proofs_per_backend
+
+        self.conn, self.spec = conn, spec
+        self._send_lock = threading.Lock()
+        if spec.device is None:
+            from ..backends import get_backend
+
+            self.backend = get_backend("cpu")
+        else:
+            from ..backends.cuda import CudaBackend
+
+            self.backend = CudaBackend(device=spec.device)
+        self.on_device = is_device_backend(self.backend)
+        self.device_keys = None
+        if self.on_device:
+            from ..keys.device import DeviceKeys
+
+            self.device_keys = DeviceKeys(self.backend)
+        self.allocator = default_allocator() if self.on_device else PageAlignedAllocator()
+        self._keys: dict[str, tuple[Path, ZKey, object]] = {}  # name → (path, host key, its buffer or device home)
+        self._keys_lock = threading.Lock()
+        self._cancels: dict[str, threading.Event] = {}  # the jobs in this process
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        headers = []
+        for name, path in spec.keys.items():
+            try:
+                headers.append(read_zkey_header(path))
+            except (OSError, ValueError) as exc:  # the parent logged it at registration; its jobs fail with it
+                log.warning("key %r not sized for: %s", name, exc)
+        self.proofs = proofs_per_backend(spec.proofs_per_device, [self.backend], headers)[0]
+        self._lanes: queue.SimpleQueue = queue.SimpleQueue()  # the K lanes a synthesized job waits for
+        for _ in range(self.proofs):
+            self._lanes.put(self.backend.new_lane() if self.on_device else None)
+
+    def _send(self, message: tuple) -> None:
+        with self._send_lock:
+            self.conn.send(message)
+
+    def serve(self) -> None:
+        # A thread per job held: K prove while the next one's synthesis overlaps them (the parent feeds K + JOBS_AHEAD).
+        threads = [threading.Thread(target=self._work, name=f"cuzk-job-{k}", daemon=True)
+                   for k in range(self.proofs + JOBS_AHEAD)]
+        for thread in threads:
+            thread.start()
+        self._send(("ready", {"pid": os.getpid(), "backend": self.backend.name, "device": self.spec.device,
+                              "proofs": self.proofs,
+                              "vram_bytes": self.backend.vram.total_bytes if self.on_device else None}))
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                os._exit(0)  # the parent is gone: no orphan keeps proving
+            kind = message[0]
+            if kind == "prove":
+                self._cancels[message[1]] = threading.Event()
+                self._jobs.put(message[1:])
+            elif kind == "cancel":
+                cancel = self._cancels.get(message[1])
+                if cancel is not None:
+                    cancel.set()
+            elif kind == "call":
+                threading.Thread(target=self._answer, args=message[1:], daemon=True).start()
+            elif kind == "exit":
+                for cancel in list(self._cancels.values()):
+                    cancel.set()
+                for _ in threads:
+                    self._jobs.put(None)
+                for thread in threads:
+                    thread.join()
+                while self.on_device and not self._lanes.empty():
+                    self._lanes.get().close()
+                return
+
+    # ---- calls ------------------------------------------------------------------------------
+    def _answer(self, request: int, name: str, args: tuple) -> None:
+        try:
+            value = getattr(self, f"call_{name}")(*args)
+        except Exception as exc:  # noqa: BLE001 — the caller gets the reason
+            self._send(("answer", request, False, f"{type(exc).__name__}: {exc}"))
+        else:
+            self._send(("answer", request, True, value))
+
+    def call_describe(self, path: str) -> dict:
+        """What this device holds of the key at ``path``: the answers admission sizes a job by."""
+        header = read_zkey_header(path)
+        if not self.on_device:
+            return {"synthesis": False, "vectors": False, "why_not": "the CPU backend has no VRAM"}
+        fits = self.device_keys.can_synthesize(header)
+        return {"synthesis": fits, "vectors": holds_device_vectors(header, self.backend),
+                "why_not": "" if fits else self.device_keys.shortfall(header)}
+
+    def call_warm_up(self, curves: list[str]) -> float:
+        from .warmup import warm_up
+
+        return warm_up([self.backend], curves)
+
+    # ---- proving ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job_id = item[0]
+            cancel = self._cancels[job_id]
+            try:
+                proof = self._prove(job_id, *item[1:], cancelled=cancel.is_set)
+            except (ProofCancelled, KeyLoadCancelled):
+                self._send(("cancelled", job_id))
+            except BaseException as exc:  # noqa: BLE001 — the job's outcome, never the thread's end
+                self._failed(job_id, exc)
+            else:
+                self._send(("proved", job_id, proof))
+            finally:
+                self._cancels.pop(job_id, None)
+
+    def _failed(self, job_id: str, exc: BaseException) -> None:
+        from .tracker import REQUEST_ERRORS
+
+        if self.on_device and self.backend.is_device_error(exc):
+            log.error("job %s hit a CUDA error; this worker process exits so its device starts afresh", job_id, exc_info=exc)
+            os._exit(EXIT_DEVICE_ERROR)
+        if isinstance(exc, REQUEST_ERRORS):
+            self._send(("failed", job_id, "request", str(exc)))
+        else:
+            log.error("job %s failed with an internal error:\n%s", job_id, "".join(traceback.format_exception(exc)))
+            self._send(("failed", job_id, "internal", f"{type(exc).__name__}: {exc}"))
+
+    def _key(self, name: str, path: str) -> tuple[ZKey, object]:
+        """The key for proving, loaded on first use (again when re-registered at another path); kept while the process
+        lives."""
+        with self._keys_lock:
+            kept = self._keys.get(name)
+            if kept is not None and kept[0] == Path(path):
+                return kept[1], kept[2]
+            header = read_zkey_header(path)
+            if self.on_device:
+                from ..keys.device import KeyFile
+
+                ring = StagingRing(self.allocator, read_chunk_bytes(header, self.spec.chunk_bytes))
+                zkey, held = load_device_home(Path(path), header, ring), KeyFile(Path(path), header, ring)
+                if kept is not None:
+                    self.device_keys.drop(name)
+            else:
+                zkey, held = load_hot(Path(path), header, self.allocator, self.spec.chunk_bytes)
+            self._keys[name] = (Path(path), zkey, held)
+            return zkey, held
+
+    def _prove(self, job_id: str, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
+        """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w
+        deferred to the device on a GPU); the parent hears when the proving half begins."""
+        zkey, held = self._key(name, key_path)
+        witness = read_wtns(witness_path)
+        r1cs = read_r1cs(r1cs_path) if r1cs_path else None
+        synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled, defer_ab=self.on_device)
+        del witness, r1cs
+        self._send(("proving", job_id))
+        lane = self._lanes.get()
+        try:
+            return self._prove_synthesized(name, zkey, held, synthesis, cancelled, lane)
+        finally:
+            self._lanes.put(lane)
+
+    def _prove_synthesized(self, name: str, zkey: ZKey, held, synthesis, cancelled, lane):
+        if not self.on_device:
+            return prove_synthesized(self.backend, zkey, synthesis, cancelled=cancelled)
+        header: ZKeyHeader = held.header
+        vectors = None
+        if holds_device_vectors(header, self.backend):
+            vectors = self.backend.vram.reserve_when_free(device_vector_bytes(header), "proof vectors", cancelled)
+        try:
+            if cancelled():
+                raise ProofCancelled()
+            with (self.device_keys.acquire(name, zkey, True, vectors is not None, home=held, cancelled=cancelled) as device_key,
+                  lane or contextlib.nullcontext()):
+                return prove_synthesized(self.backend, device_key.zkey, synthesis, cancelled=cancelled, vectors=vectors)
+        finally:
+            if vectors is not None:
+                vectors.release()

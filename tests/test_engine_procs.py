@@ -1,0 +1,192 @@
+"""The engine with ``device_processes``: each proving device owned by a worker process. Proofs snarkjs accepts, a
+worker killed mid-proof (its job proved once, by the restarted worker), cancel while a job is in a worker, status."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, snarkjs_verify, wait_for
+from cuzk.engine import JobState, Priority
+from cuzk.formats.json_io import write_vkey
+from cuzk.formats.zkey import read_zkey
+from cuzk.prover.verify import vkey_from_zkey
+from test_engine import (SLOW, circuits, make_engine, synthesize_public, unsatisfied_witness,  # noqa: F401 — fixtures reused
+                         write_result)
+
+
+def _child(engine) -> dict:
+    (child,) = engine.status()["device_processes"]
+    return child
+
+
+class KillOnProving:
+    """A listener that SIGKILLs the worker process the moment it reports the job's proving half begun there."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.killed: list[int] = []
+
+    def __call__(self, job_id: str, state: JobState) -> None:
+        if state is JobState.PROVING and not self.killed:
+            pid = _child(self.engine)["pid"]
+            self.killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("name", ["small", "bls"])
+def test_proofs_from_the_worker_process_verify_with_snarkjs(make_engine, circuits, tmp_path, name):
+    c = circuits[name]
+    engine = make_engine(keys=(name,), device_processes=True)
+    child = _child(engine)
+    assert child["pid"] != os.getpid() and child["alive"] and child["restarts"] == 0
+    jobs = [engine.submit(name, c.witness, Priority.HIGH) for _ in range(3)]
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    for job_id in jobs:
+        record = engine.await_result(job_id, timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+        assert record.public_signals == [str(v) for v in synthesize_public(c)]
+        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+    assert engine.status()["config"]["backend"] == ["cpu"]
+
+
+def test_a_worker_killed_mid_proof_is_restarted_and_the_job_proved_once(make_engine, circuits, tmp_path):
+    c = circuits["small"]
+    engine = make_engine(device_processes=True)
+    killer = KillOnProving(engine)
+    engine.add_listener(killer)
+    answers: list[str] = []
+    engine.add_listener(lambda job_id, state: answers.append(job_id) if state is JobState.DONE else None)
+    job_id = engine.submit("small", c.witness)
+    record = engine.await_result(job_id, timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    assert killer.killed, "the worker process was never seen with the job"
+    child = _child(engine)
+    assert child["restarts"] == 1 and child["pid"] != killer.killed[0] and child["last_exit"] == "killed by SIGKILL"
+    assert answers == [job_id]  # answered once
+    assert record.attempts == 2  # started in the killed worker, then proved by the restarted one
+    assert [r.job_id for r in engine.list_jobs(states=[JobState.DONE])] == [job_id]
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+
+
+def test_a_job_whose_worker_dies_each_time_is_failed_after_max_attempts(make_engine, circuits):
+    engine = make_engine(device_processes=True, max_attempts=2)
+    kills: list[int] = []
+
+    def kill_every_time(job_id: str, state: JobState) -> None:
+        if state is JobState.PROVING:
+            kills.append(_child(engine)["pid"])
+            os.kill(kills[-1], signal.SIGKILL)
+    engine.add_listener(kill_every_time)
+    record = engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
+    assert record.state is JobState.FAILED and len(kills) == 2
+    assert "abandoned" in record.error and "worker process" in record.error and "max_attempts = 2" in record.error
+    assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+
+
+def test_cancel_while_in_the_worker_process_frees_its_reservation(make_engine, circuits):
+    engine = make_engine(device_processes=True)
+    proving = threading.Event()
+    cancelled: list[bool] = []
+
+    def cancel_on_proving(job_id: str, state: JobState) -> None:
+        if state is JobState.PROVING and not proving.is_set():
+            proving.set()
+            assert engine.budget.snapshot()["by_category"]["working"]["bytes"] > 0
+            cancelled.append(engine.cancel(job_id))
+    engine.add_listener(cancel_on_proving)
+    record = engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
+    assert cancelled == [True]
+    assert record.state is JobState.CANCELLED, record.error
+    assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+    assert _child(engine)["restarts"] == 0 and _child(engine)["jobs"] == []
+    # The worker process carries on.
+    assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_a_request_error_in_the_worker_process_fails_the_job_with_its_message(make_engine, circuits, tmp_path):
+    c = circuits["small"]
+    engine = make_engine(keys=(), device_processes=True)
+    engine.register_key("small", c.zkey, c.r1cs)
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
+    assert record.state is JobState.FAILED and "constraint" in record.error and "internal" not in record.error
+    assert _child(engine)["restarts"] == 0 and engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+    assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_stop_joins_the_worker_processes(make_engine, circuits):
+    engine = make_engine(device_processes=True)
+    pid = _child(engine)["pid"]
+    assert engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW).state is JobState.DONE
+    engine.stop()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def _gone(pid: int) -> bool:
+    """Exited (absent, or a zombie nobody reaped yet: it runs no more)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_process_exits_when_its_engine_dies(tmp_path):
+    code = textwrap.dedent(f"""
+        import threading
+        from cuzk.engine import Engine, EngineConfig
+        from cuzk.memory.budget import MemoryBudget
+        if __name__ == "__main__":
+            engine = Engine(EngineConfig(data_dir={str(tmp_path / "data")!r}, backend="cpu", reconcile=False,
+                                         device_processes=True), budget=MemoryBudget(1 << 30))
+            print(engine.status()["device_processes"][0]["pid"], flush=True)
+            threading.Event().wait()
+    """)
+    engine = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        worker = int(engine.stdout.readline())
+    finally:
+        os.kill(engine.pid, signal.SIGKILL)
+        engine.wait()
+    wait_for(lambda: _gone(worker), 60, "the worker process to exit after its engine")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["large", "bls"])
+def test_gpu_worker_killed_mid_proof_is_restarted_and_its_jobs_proved_once(make_engine, circuits, tmp_path, name):
+    """On GPU 0: K proofs in flight in its worker process, which is SIGKILLed as it takes the first; every job is proved
+    once (snarkjs accepts each proof), by the restarted worker where it was in the killed one."""
+    from cuzk.backends.cuda import available
+
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+    c = circuits[name]
+    engine = make_engine(keys=(name,), backend="cuda", devices=[0], device_processes=True, budget=8 << 30)
+    proofs = _child(engine)["proofs_per_device"]
+    assert _child(engine)["backend"] == "cuda" and proofs >= 1
+    killer = KillOnProving(engine)
+    engine.add_listener(killer)
+    answers: list[str] = []
+    engine.add_listener(lambda job_id, state: answers.append(job_id) if state is JobState.DONE else None)
+    jobs = [engine.submit(name, c.witness) for _ in range(proofs + 1)]
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    for job_id in jobs:
+        record = engine.await_result(job_id, timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    assert killer.killed and _child(engine)["restarts"] == 1
+    assert sorted(answers) == sorted(jobs)  # each answered once
+    assert sorted(r.job_id for r in engine.list_jobs(states=[JobState.DONE])) == sorted(jobs)
