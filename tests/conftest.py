@@ -64,6 +64,14 @@ def snarkjs_verify(vkey: Path, public: Path, proof: Path) -> bool:
     return res.returncode == 0 and "OK" in out
 
 
+def snarkjs_verify_all(vkey: Path, pairs: list[tuple[Path, Path]]) -> bool:
+    """True when snarkjs accepts every (public, proof) pair; where node is missing all are kept before the one skip."""
+    if not snarkjs_available():
+        for public, proof in pairs:
+            _keep_for_snarkjs_elsewhere(vkey, public, proof)
+    return all(snarkjs_verify(vkey, public, proof) for public, proof in pairs)
+
+
 def load_json(p: Path):
     return json.loads(Path(p).read_text())
 

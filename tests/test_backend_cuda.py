@@ -500,7 +500,7 @@ def test_gpu_device_arrays_stay_on_the_device(gpu_backend):
 def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
     """Every corpus circuit proved on the GPU verifies (cuzk's verifier, and snarkjs where installed), from host bases
     and from a resident key, whose MSMs run over window tables (the daemon's path; snarkjs judges that proof)."""
-    from conftest import snarkjs_available, snarkjs_verify
+    from conftest import snarkjs_verify
     from cuzk.formats.json_io import write_proof, write_public
     from cuzk.formats.wtns import read_wtns
     from cuzk.formats.zkey import read_zkey
@@ -518,7 +518,6 @@ def test_gpu_corpus_proofs_verify(corpus_circuit, gpu_backend, tmp_path):
     finally:
         gpu_backend.free_key(resident)
     assert verify(vkey, proof.public_signals, proof)
-    if snarkjs_available():
-        write_proof(tmp_path / "proof.json", proof)
-        write_public(tmp_path / "public.json", proof.public_signals)
-        assert snarkjs_verify(corpus_circuit / "verification_key.json", tmp_path / "public.json", tmp_path / "proof.json")
+    write_proof(tmp_path / "proof.json", proof)
+    write_public(tmp_path / "public.json", proof.public_signals)
+    assert snarkjs_verify(corpus_circuit / "verification_key.json", tmp_path / "public.json", tmp_path / "proof.json")

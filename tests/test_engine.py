@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from conftest import REPO, corpus_dir, load_json, snarkjs_verify
-from cuzk.backends import get_backend
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
@@ -130,8 +129,9 @@ def make_engine(tmp_path, circuits):
         engine.stop()
 
 
-def write_result(record, tmp_path: Path) -> tuple[Path, Path]:
-    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+def write_result(record, tmp_path: Path, tag: str = "") -> tuple[Path, Path]:
+    """A finished job's proof.json and public.json (proof<tag>.json, ... to keep several side by side)."""
+    proof, public = tmp_path / f"proof{tag}.json", tmp_path / f"public{tag}.json"
     proof.write_text(json.dumps(record.proof))
     public.write_text(json.dumps(record.public_signals))
     return proof, public

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, snarkjs_verify, wait_for
+from conftest import REPO, snarkjs_verify, snarkjs_verify_all, wait_for
 from cuzk.engine import JobState, Priority
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
@@ -50,11 +50,10 @@ def test_proofs_from_the_worker_process_verify_with_snarkjs(make_engine, circuit
     jobs = [engine.submit(name, c.witness, Priority.HIGH) for _ in range(3)]
     vkey = tmp_path / "vkey.json"
     write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
-    for job_id in jobs:
-        record = engine.await_result(job_id, timeout=SLOW)
-        assert record.state is JobState.DONE, record.error
-        assert record.public_signals == [str(v) for v in synthesize_public(c)]
-        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    records = [engine.await_result(job_id, timeout=SLOW) for job_id in jobs]
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+    assert all(r.public_signals == [str(v) for v in synthesize_public(c)] for r in records)
+    assert snarkjs_verify_all(vkey, [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])
     assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
     assert engine.status()["config"]["backend"] == ["cpu"]
 
@@ -183,10 +182,9 @@ def test_gpu_worker_killed_mid_proof_is_restarted_and_its_jobs_proved_once(make_
     jobs = [engine.submit(name, c.witness) for _ in range(proofs + 1)]
     vkey = tmp_path / "vkey.json"
     write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
-    for job_id in jobs:
-        record = engine.await_result(job_id, timeout=SLOW)
-        assert record.state is JobState.DONE, record.error
-        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+    records = [engine.await_result(job_id, timeout=SLOW) for job_id in jobs]
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
     assert killer.killed and _child(engine)["restarts"] == 1
     assert sorted(answers) == sorted(jobs)  # each answered once
     assert sorted(r.job_id for r in engine.list_jobs(states=[JobState.DONE])) == sorted(jobs)
+    assert snarkjs_verify_all(vkey, [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])

@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, snarkjs_verify
+from conftest import REPO, snarkjs_verify_all
+from test_engine import write_result
 from cuzk.backends import get_backend
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler, is_device_error
@@ -24,7 +25,6 @@ from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import Engine, EngineConfig, JobState
 from cuzk.backends.selftest import device_self_test
-from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey
 from cuzk.keys.device import DeviceKeys
 from cuzk.keys.manager import KeyManager
@@ -472,13 +472,8 @@ def test_gpu_engine_proves_corpus_circuits_that_snarkjs_accepts(corpus_circuit, 
         status = engine.status()
     assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
     assert any("c" in d["keys"] for d in status["devices"])  # the second proof found the bases resident
-    import json
-
-    write_vkey(tmp_path / "vkey.json", vkey_from_zkey(read_zkey(zkey_path)))
-    for i, record in enumerate(records):
-        (tmp_path / f"proof{i}.json").write_text(json.dumps(record.proof))
-        (tmp_path / f"public{i}.json").write_text(json.dumps(record.public_signals))
-        assert snarkjs_verify(corpus_circuit / "verification_key.json", tmp_path / f"public{i}.json", tmp_path / f"proof{i}.json")
+    assert snarkjs_verify_all(corpus_circuit / "verification_key.json",
+                              [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])
 
 
 @pytest.mark.gpu

@@ -7,7 +7,6 @@ does); the ``gpu`` test proves K proofs at once on a real one.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -16,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import snarkjs_verify
+from conftest import snarkjs_verify_all
+from test_engine import write_result
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, VramExhaustedError, available
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BN254
@@ -374,10 +374,7 @@ def test_k_proofs_overlap_on_one_device_and_snarkjs_accepts_them(circuit, tmp_pa
     [state] = status["devices"]
     assert state["uploads"] == 1  # the lanes shared one resident copy of the key
     write_vkey(tmp_path / "vkey.json", vkey_from_zkey(read_zkey(circuit[0])))
-    for i, record in enumerate(records):
-        (tmp_path / f"proof{i}.json").write_text(json.dumps(record.proof))
-        (tmp_path / f"public{i}.json").write_text(json.dumps(record.public_signals))
-        assert snarkjs_verify(tmp_path / "vkey.json", tmp_path / f"public{i}.json", tmp_path / f"proof{i}.json")
+    assert snarkjs_verify_all(tmp_path / "vkey.json", [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])
 
 
 def test_cancelling_a_proof_on_the_device_gives_back_its_vram(circuit, tmp_path):
@@ -459,7 +456,5 @@ def test_gpu_three_proofs_in_flight_on_one_device_verify(tmp_path):
     [device] = status["devices"]
     assert device["vram_reserved_bytes"] >= device["resident_bytes"]
     write_vkey(tmp_path / "vkey.json", vkey_from_zkey(read_zkey(d / "circuit.zkey")))
-    for i, record in enumerate(records[:3]):
-        (tmp_path / f"proof{i}.json").write_text(json.dumps(record.proof))
-        (tmp_path / f"public{i}.json").write_text(json.dumps(record.public_signals))
-        assert snarkjs_verify(tmp_path / "vkey.json", tmp_path / f"public{i}.json", tmp_path / f"proof{i}.json")
+    assert snarkjs_verify_all(tmp_path / "vkey.json", [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records[:3])])
+
