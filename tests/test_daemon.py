@@ -347,6 +347,23 @@ def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, cl
     assert jobs() == before + 1 and load_json(public) == toy.public
 
 
+def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client, circuits, tmp_path):
+    """The client side of `cuzk prove` loads neither numpy nor numba nor the prover: a one-shot call through a daemon
+    pays Python's start-up and gRPC's, not the JIT's."""
+    toy = circuits["small"]
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    script = ("import sys\nfrom cuzk.cli import main\ncode = main(sys.argv[1:])\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite')\n"
+              "             or m.startswith(('cuzk.prover', 'cuzk.backends', 'cuzk.formats', 'cuzk.engine.core'))))\n"
+              "sys.exit(code)")
+    before = len(client.list_jobs())
+    done = subprocess.run([sys.executable, "-c", script, "prove", str(toy.zkey), str(toy.witness), str(proof), str(public)],
+                          env={**os.environ, "CUZK_DAEMON": f"unix:{daemon.socket}"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert len(client.list_jobs()) == before + 1 and load_json(public) == toy.public
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"
