@@ -110,6 +110,15 @@ def test_prove_with_a_daemon_that_was_never_there_fails_at_once(tmp_path, capsys
     assert "the socket file does not exist" in _one_error_line(capsys)
 
 
+def test_keep_daemon_is_refused_with_the_flags_that_prove_here(tmp_path, capsys):
+    out = [str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    for flags in (["--local"], ["--backend", "cpu"], ["--no-verify"]):
+        assert cli_main(["prove", "--keep-daemon", *flags, *out]) == 1
+        assert "--keep-daemon proves on a local daemon" in _one_error_line(capsys)
+    assert cli_main(["daemon", "--idle-exit", "0"]) == 1
+    assert "--idle-exit takes a positive number of seconds" in _one_error_line(capsys)
+
+
 def test_prove_with_a_daemon_that_does_not_answer_says_it_is_waiting(tmp_path, capsys):
     import socket
 

@@ -364,6 +364,43 @@ def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client
     assert len(client.list_jobs()) == before + 1 and load_json(public) == toy.public
 
 
+def _running(pid: int) -> bool:
+    """The process exists and is no zombie (a daemon whose parent exited is reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_keep_daemon_starts_a_daemon_that_later_proves_use_and_that_stops_when_idle(circuits, tmp_path):
+    toy = circuits["small"]
+    data = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))  # short: a unix socket path must fit in 107 bytes
+    config = data / "cuzk.toml"
+    config.write_text(f'data_dir = "{data}"\nhttp = "127.0.0.1:0"\n[engine]\nbackend = "cpu"\n')
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}, "CUZK_CONFIG": str(config)}
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "5", str(toy.zkey), str(toy.witness), str(proof), str(public)]
+    supervisor = None
+    try:
+        first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        assert first.returncode == 0 and "started a cuzk daemon" in first.stderr, first.stderr
+        supervisor = SupervisorState.load(data).supervisor_pid
+        assert supervisor and _running(supervisor) and load_json(public) == toy.public
+        public.unlink()
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0 and "started" not in second.stderr, second.stderr
+        assert SupervisorState.load(data).supervisor_pid == supervisor and load_json(public) == toy.public
+        with Client(f"unix:{data / 'cuzk.sock'}") as c:
+            assert [j.state for j in c.list_jobs()] == ["DONE", "DONE"]  # both proofs were the daemon's
+        wait_for(lambda: not _running(supervisor), 120, "the idle daemon to stop by itself")
+        assert "(--idle-exit): stopping" in (data / "cuzk.log").read_text()
+    finally:
+        if supervisor and _running(supervisor):
+            os.kill(supervisor, signal.SIGTERM)
+            wait_for(lambda: not _running(supervisor), 60, "the daemon to stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"

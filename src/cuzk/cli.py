@@ -53,15 +53,15 @@ class Steps:
 
 def _cmd_prove(args: argparse.Namespace) -> int:
     check_outputs(args.proof, args.public)
-    explicit = args.daemon is not None
+    explicit, started = args.daemon is not None, False
     if not explicit:
-        args.daemon = _running_local_daemon(args)
+        args.daemon, started = _running_local_daemon(args)
     if args.daemon:
         from .client import DaemonUnavailable
         from .server.commands import prove_with_daemon
 
         try:
-            result = prove_with_daemon(args, wait=explicit)
+            result = prove_with_daemon(args, wait=explicit or started)
         except DaemonUnavailable:
             if explicit:
                 raise
@@ -75,19 +75,61 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     return _prove_in_process(args, lambda: read_wtns(args.wtns))
 
 
-def _running_local_daemon(args: argparse.Namespace) -> str | None:
+def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
     """Where a plain ``cuzk prove`` goes to the daemon on this machine: its unix socket (where ``cuzk status`` would
     look) exists, and nothing asks for in-process proving (``--local``, ``--backend``, ``--r1cs``, ``--no-verify``).
-    The daemon has the kernels loaded and keeps the key resident, which a one-shot process pays for on every proof."""
-    if args.local or args.backend != "auto" or args.r1cs or not args.verify:
-        return None
+    The daemon has the kernels loaded and keeps the key resident, which a one-shot process pays for on every proof.
+    With ``--keep-daemon`` a missing daemon is started there first (:func:`_start_local_daemon`); the address, and
+    whether this call started it."""
+    in_process = args.local or args.backend != "auto" or args.r1cs or not args.verify
+    if args.keep_daemon is not None and in_process:
+        raise ValueError("--keep-daemon proves on a local daemon: leave out --local, --backend, --r1cs and --no-verify")
+    if in_process:
+        return None, False
     from .config import ConfigError, client_target
 
     try:
         address, _ = client_target(None, args.config)
     except ConfigError:  # a broken daemon configuration is the daemon's business, not a local proof's
-        return None
-    return address if address.startswith("unix:") and os.path.exists(address[5:]) else None
+        if args.keep_daemon is not None:
+            raise
+        return None, False
+    if not address.startswith("unix:"):
+        if args.keep_daemon is not None:
+            raise ValueError(f"--keep-daemon starts a daemon on a unix socket, but clients are pointed at {address}")
+        return None, False
+    started = not os.path.exists(address[5:]) and args.keep_daemon is not None
+    if started:
+        _start_local_daemon(address, args.keep_daemon, args.config)
+    return (address if os.path.exists(address[5:]) else None), started
+
+
+KEEP_DAEMON_IDLE_S = 900.0  # how long a daemon that `cuzk prove --keep-daemon` started waits for the next proof
+
+
+def _start_local_daemon(address: str, idle_s: float, config: str | None) -> None:
+    """Start ``cuzk daemon --listen ADDRESS --idle-exit IDLE_S`` in a session of its own (it outlives this process; its
+    log is the socket's path with ``.log``) and return once its socket exists. Its first proofs wait for its JIT
+    warm-up; the next calls find it running, with the kernels loaded and the key resident."""
+    import subprocess
+
+    socket = Path(address[5:])
+    socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    log_path = socket.with_suffix(".log")
+    argv = [sys.executable, "-m", "cuzk.cli", "daemon", "--listen", address, "--idle-exit", f"{idle_s:g}",
+            *(["--config", config] if config else [])]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    print(f"started a cuzk daemon (pid {proc.pid}, log {log_path}) that stops after {idle_s:g} s without a proof",
+          file=sys.stderr)
+    deadline, delay = time.monotonic() + 120.0, 0.005
+    while not socket.exists():  # the engine process binds it once its imports are done (about a second)
+        if proc.poll() is not None:
+            raise OSError(f"the cuzk daemon this prove started exited ({proc.returncode}) before listening; see {log_path}")
+        if time.monotonic() > deadline:
+            raise OSError(f"the cuzk daemon this prove started (pid {proc.pid}) did not listen within 120 s; see {log_path}")
+        time.sleep(delay)
+        delay = min(2 * delay, 0.1)
 
 
 def _cmd_fullprove(args: argparse.Namespace) -> int:
@@ -341,6 +383,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
                         "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
                         "--no-verify is given)")
+    p.add_argument("--keep-daemon", nargs="?", type=float, const=KEEP_DAEMON_IDLE_S, metavar="IDLE_SECONDS",
+                   help="when no daemon runs on this machine, start one (`cuzk daemon --idle-exit`) that proves this "
+                        f"and later calls, and stops after IDLE_SECONDS without a proof (default {KEEP_DAEMON_IDLE_S:g}): "
+                        "for scripts that prove once per call")
     p.set_defaults(func=_cmd_prove)
 
     p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
