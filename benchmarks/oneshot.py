@@ -15,7 +15,8 @@ phase timings (`--verbose`) and the rest: interpreter start-up, imports, numba's
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
 (rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
 is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
-cannot win. Times are wall seconds; on a shared machine compare the ratios, which the runs of
+cannot win. The daemon is the one `cuzk prove --keep-daemon` starts (the first call's time is
+printed apart). Times are wall seconds; on a shared machine compare the ratios, which the runs of
 one round share.
 
 The package's .pyc files are written first (`compileall`): pip does that at install, while an
@@ -26,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -81,24 +82,19 @@ def synthetic_circuit(log2: int, out: Path) -> Path:
     return d
 
 
-def start_daemon(data_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """`cuzk daemon` on a socket in ``data_dir``, once its JIT warm-up is done; the process and the socket address."""
-    import urllib.error
-    import urllib.request
+def stop_daemon(data_dir: Path) -> None:
+    """SIGTERM to the supervisor of the daemon in ``data_dir`` (the benchmark's own), then wait until it is gone."""
+    from cuzk.engine.supervisor import SupervisorState
 
-    socket = f"unix:{data_dir}/cuzk.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "cuzk.cli", "daemon", "--data-dir", str(data_dir), "--listen", socket,
-                             "--http", "127.0.0.1:0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline, info = time.monotonic() + 1800, data_dir / "run" / "daemon.json"
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            http = json.loads(info.read_text())["http"]
-            with urllib.request.urlopen(f"http://{http}/healthz", timeout=5):
-                return proc, socket  # 200: serving
-        except (OSError, ValueError, KeyError, urllib.error.HTTPError):
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the daemon in {data_dir} did not start serving")
+    pid = SupervisorState.load(data_dir).supervisor_pid
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":  # not our child: no wait()
+            time.sleep(0.1)
+    except (ProcessLookupError, FileNotFoundError):  # gone (and reaped by whoever adopted it)
+        pass
 
 
 def main(argv: list[str]) -> int:
@@ -133,10 +129,13 @@ def main(argv: list[str]) -> int:
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
             run_seconds([*local, str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)], env)
-        daemon = start_daemon(out / "daemon", env) if args.daemon else None
-        daemon_env = {**env, "CUZK_DAEMON": daemon[1]} if daemon else None
-        for d in dirs if daemon else []:  # the daemon's first proof of a key reads it: a script's Nth proof does not
-            run_seconds([*cuzk, str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)], daemon_env)
+        # The daemon a script gets from `cuzk prove --keep-daemon`, in a data directory (and socket) of the run's own.
+        daemon_env = {**env, "CUZK_DATA_DIR": str(out / "daemon"), "CUZK_HTTP": "127.0.0.1:0"} if args.daemon else None
+        for i, d in enumerate(dirs if daemon_env else []):  # the daemon's first proof of a key reads it: a script's Nth does not
+            wall, _ = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
+                                  daemon_env)
+            if i == 0:
+                print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {wall:.2f} s")
         print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   local: phases / the rest")
         try:
             for d in dirs:
@@ -150,7 +149,7 @@ def main(argv: list[str]) -> int:
                     assert verifies(d, proof, public), f"cuzk's proof of {d.name} does not verify"
                     ours.append(wall)
                     phases.append(phase_seconds(stderr))
-                    if daemon:
+                    if daemon_env:
                         served.append(run_seconds([*cuzk, *files], daemon_env)[0])
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"
                 p = statistics.median(peer_s) if peer_s else None
@@ -166,9 +165,8 @@ def main(argv: list[str]) -> int:
                 print(f"{d.name:<22} {cell(p, 10)} {cell(o, 7)} {ratio(o)}  {cell(v, 7)} {ratio(v)}   {ph:.3f} s / {o - ph:.3f} s",
                       flush=True)
         finally:
-            if daemon:
-                daemon[0].terminate()
-                daemon[0].wait(60)
+            if daemon_env:
+                stop_daemon(out / "daemon")
     return 0
 
 

@@ -115,6 +115,8 @@ def test_keep_daemon_is_refused_with_the_flags_that_prove_here(tmp_path, capsys)
     for flags in (["--local"], ["--backend", "cpu"], ["--no-verify"]):
         assert cli_main(["prove", "--keep-daemon", *flags, *out]) == 1
         assert "--keep-daemon proves on a local daemon" in _one_error_line(capsys)
+    assert cli_main(["prove", "--keep-daemon", "--idle-exit", "-1", *out]) == 1
+    assert "--idle-exit takes a positive number of seconds" in _one_error_line(capsys)
     assert cli_main(["daemon", "--idle-exit", "0"]) == 1
     assert "--idle-exit takes a positive number of seconds" in _one_error_line(capsys)
 

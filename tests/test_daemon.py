@@ -379,7 +379,7 @@ def test_keep_daemon_starts_a_daemon_that_later_proves_use_and_that_stops_when_i
     config.write_text(f'data_dir = "{data}"\nhttp = "127.0.0.1:0"\n[engine]\nbackend = "cpu"\n')
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}, "CUZK_CONFIG": str(config)}
     proof, public = tmp_path / "proof.json", tmp_path / "public.json"
-    argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "5", str(toy.zkey), str(toy.witness), str(proof), str(public)]
+    argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "--idle-exit", "5", str(toy.zkey), str(toy.witness), str(proof), str(public)]
     supervisor = None
     try:
         first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)

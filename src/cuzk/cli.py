@@ -82,8 +82,10 @@ def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
     With ``--keep-daemon`` a missing daemon is started there first (:func:`_start_local_daemon`); the address, and
     whether this call started it."""
     in_process = args.local or args.backend != "auto" or args.r1cs or not args.verify
-    if args.keep_daemon is not None and in_process:
+    if args.keep_daemon and in_process:
         raise ValueError("--keep-daemon proves on a local daemon: leave out --local, --backend, --r1cs and --no-verify")
+    if args.keep_daemon and not args.idle_exit > 0:
+        raise ValueError(f"--idle-exit takes a positive number of seconds, got {args.idle_exit:g}")
     if in_process:
         return None, False
     from .config import ConfigError, client_target
@@ -91,16 +93,16 @@ def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
     try:
         address, _ = client_target(None, args.config)
     except ConfigError:  # a broken daemon configuration is the daemon's business, not a local proof's
-        if args.keep_daemon is not None:
+        if args.keep_daemon:
             raise
         return None, False
     if not address.startswith("unix:"):
-        if args.keep_daemon is not None:
+        if args.keep_daemon:
             raise ValueError(f"--keep-daemon starts a daemon on a unix socket, but clients are pointed at {address}")
         return None, False
-    started = not os.path.exists(address[5:]) and args.keep_daemon is not None
+    started = not os.path.exists(address[5:]) and args.keep_daemon
     if started:
-        _start_local_daemon(address, args.keep_daemon, args.config)
+        _start_local_daemon(address, args.idle_exit, args.config)
     return (address if os.path.exists(address[5:]) else None), started
 
 
@@ -383,10 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
                         "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
                         "--no-verify is given)")
-    p.add_argument("--keep-daemon", nargs="?", type=float, const=KEEP_DAEMON_IDLE_S, metavar="IDLE_SECONDS",
+    p.add_argument("--keep-daemon", action="store_true",
                    help="when no daemon runs on this machine, start one (`cuzk daemon --idle-exit`) that proves this "
-                        f"and later calls, and stops after IDLE_SECONDS without a proof (default {KEEP_DAEMON_IDLE_S:g}): "
-                        "for scripts that prove once per call")
+                        "and later calls: for scripts that prove once per call")
+    p.add_argument("--idle-exit", type=float, default=KEEP_DAEMON_IDLE_S, metavar="SECONDS",
+                   help=f"the daemon --keep-daemon starts stops after this long without a proof (default {KEEP_DAEMON_IDLE_S:g})")
     p.set_defaults(func=_cmd_prove)
 
     p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
