@@ -15,7 +15,8 @@ phase timings (`--verbose`) and the rest: interpreter start-up, imports, numba's
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
 (rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
 is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
-cannot win. The daemon is the one `cuzk prove --keep-daemon` starts (the first call's time is
+cannot win. Both provers get the same OpenMP wait policy (cuzk's PASSIVE unless the
+environment sets one; on a busy machine rapidsnark's Poseidon proofs gain from it too). The daemon is the one `cuzk prove --keep-daemon` starts (the first call's time is
 printed apart). Times are wall seconds; on a shared machine compare the ratios, which the runs of
 one round share.
 
@@ -113,6 +114,7 @@ def main(argv: list[str]) -> int:
     compileall.compile_dir(REPO / "src" / "cuzk", quiet=1)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "CUZK_DAEMON")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # cuzk's default (ff/parallel.py), given to rapidsnark's OpenMP too
     if not env.get("NUMBA_CACHE_DIR"):  # the daemon's kernels where the one-shot CLI keeps them: warm for both
         from cuzk.config import ENV_PREFIX, default_data_dir
         from cuzk.jit_cache import cache_dir
