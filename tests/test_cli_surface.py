@@ -181,3 +181,18 @@ def test_a_socket_without_a_daemon_behind_it_means_proving_here(tmp_path, capsys
     assert capsys.readouterr().err == ""  # no waiting, no message: the proof was made in this process
     vkey = read_vkey(EXAMPLE / "verification_key.json")
     assert verify(vkey, read_public(public, curve=vkey.curve), read_proof(proof, curve=vkey.curve))
+
+
+def test_the_command_table_names_every_command_and_each_gets_its_own_parser():
+    """`main` builds only the named command's parser (a daemon client's prove skips the others' modules): the table
+    must name every command the full parser has, so none is left to the slower path."""
+    import re
+
+    from cuzk.cli import COMMANDS, build_parser
+
+    def listed(parser) -> set[str]:
+        return set(re.search(r"\{([^}]*)\}", parser.format_usage()).group(1).split(","))
+
+    assert listed(build_parser()) == {name for names, _ in COMMANDS for name in names}
+    for names, _ in COMMANDS:
+        assert listed(build_parser(names[0])) == set(names)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from importlib import import_module
 from pathlib import Path
 
 
@@ -370,11 +371,15 @@ def _add_proving_options(p: argparse.ArgumentParser) -> None:
     add_daemon_prove_options(p)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
-    parser.add_argument("--version", action=_PrintVersion)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _add_external(module: str, adder: str):
+    """The parser adder ``adder`` of ``module``, imported when the parser is built."""
+    def add(sub: argparse._SubParsersAction) -> None:
+        getattr(import_module(module, __package__), adder)(sub)
 
+    return add
+
+
+def _add_prove_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prove", help="prove a witness: cuzk prove <zkey> <wtns> <proof.json> <public.json>")
     p.add_argument("zkey")
     p.add_argument("wtns")
@@ -392,6 +397,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"the daemon --keep-daemon starts stops after this long without a proof (default {KEEP_DAEMON_IDLE_S:g})")
     p.set_defaults(func=_cmd_prove)
 
+
+def _add_fullprove_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
                                          "<proof.json> <public.json>")
     p.add_argument("input")
@@ -402,6 +409,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_proving_options(p)
     p.set_defaults(func=_cmd_fullprove)
 
+
+def _add_wtns_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("wtns", help="witness utilities")
     wsub = p.add_subparsers(dest="wtns_command", required=True)
     w = wsub.add_parser("calculate", help="cuzk wtns calculate <circuit.wasm> <input.json> <witness.wtns>",
@@ -412,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("wtns")
     w.set_defaults(func=_cmd_wtns_calculate)
 
+
+def _add_verify_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="verify a proof: cuzk verify <vkey.json> <public.json> <proof.json>",
                        description="Exit status: 0 the proof is valid, 1 it is invalid, 2 the files could not be read "
                                    "or do not fit together (nothing was verified).")
@@ -421,6 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=_cmd_verify)
 
+
+def _add_zkey_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("zkey", help="zkey utilities")
     zsub = p.add_subparsers(dest="zkey_command", required=True)
     e = zsub.add_parser("export", help="snarkjs's spelling: cuzk zkey export verificationkey <zkey> <vkey.json>")
@@ -431,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
         e.add_argument("vkey")
         e.set_defaults(func=_cmd_export_vkey)
 
+
+def _add_setup_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("setup", help="Groth16 setup: cuzk setup <circuit.r1cs> [<pot.ptau>] <out.zkey> (snarkjs's order)")
     p.add_argument("r1cs")
     p.add_argument("paths", nargs="+", metavar="[PTAU] ZKEY",
@@ -446,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_progress_option(p)
     p.set_defaults(func=_cmd_setup)
 
+
+def _add_circuit_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("circuit", help="circuit utilities")
     csub = p.add_subparsers(dest="circuit_command", required=True)
     c = csub.add_parser("synth", help="cuzk circuit synth --constraints N --public M --curve bn254 --out DIR")
@@ -456,17 +473,33 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, help="make the same circuit and witness again")
     c.set_defaults(func=_cmd_circuit_synth)
 
-    from .memory.commands import add_memory_commands
-    from .server.commands import add_daemon_commands
 
-    add_memory_commands(sub)
-    add_daemon_commands(sub)
-    from .cluster.serve import add_cluster_commands
+# Each command's name(s) and what adds its parser. `main` builds only the parser of the command named (a daemon
+# client's `cuzk prove` then skips ~15 ms of parsers and their modules); help and unknown names get all of them.
+COMMANDS = (
+    (("prove",), _add_prove_command),
+    (("fullprove",), _add_fullprove_command),
+    (("wtns",), _add_wtns_command),
+    (("verify",), _add_verify_command),
+    (("zkey",), _add_zkey_command),
+    (("setup",), _add_setup_command),
+    (("circuit",), _add_circuit_command),
+    (("memcheck", "memprobe"), _add_external(".memory.commands", "add_memory_commands")),
+    (("daemon", "submit", "await", "cancel", "keys", "jobs", "status", "top"),
+     _add_external(".server.commands", "add_daemon_commands")),
+    (("cluster",), _add_external(".cluster.serve", "add_cluster_commands")),
+    (("bench",), _add_external(".bench.command", "add_bench_command")),
+)
 
-    add_cluster_commands(sub)
-    from .bench.command import add_bench_command
 
-    add_bench_command(sub)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `cuzk` parser: every command's, or only ``command``'s when it names one."""
+    parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
+    parser.add_argument("--version", action=_PrintVersion)
+    sub = parser.add_subparsers(dest="command", required=True)
+    adders = [add for names, add in COMMANDS if command in names] or [add for _, add in COMMANDS]
+    for add in adders:
+        add(sub)
     return parser
 
 
@@ -484,7 +517,8 @@ def _use_jit_cache() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     if args.command not in WITHOUT_JIT:
         _use_jit_cache()
     try:
