@@ -372,26 +372,33 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_keep_daemon_starts_a_daemon_that_later_proves_use_and_that_stops_when_idle(circuits, tmp_path):
+def test_keep_daemon_starts_one_daemon_that_later_proves_use_and_that_stops_when_idle(circuits, tmp_path):
     toy = circuits["small"]
     data = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))  # short: a unix socket path must fit in 107 bytes
     config = data / "cuzk.toml"
     config.write_text(f'data_dir = "{data}"\nhttp = "127.0.0.1:0"\n[engine]\nbackend = "cpu"\n')
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}, "CUZK_CONFIG": str(config)}
-    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
-    argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "--idle-exit", "5", str(toy.zkey), str(toy.witness), str(proof), str(public)]
+
+    def prove(tag: str) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "--idle-exit", "10", str(toy.zkey), str(toy.witness),
+                str(tmp_path / f"proof-{tag}.json"), str(tmp_path / f"public-{tag}.json")]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     supervisor = None
     try:
-        first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-        assert first.returncode == 0 and "started a cuzk daemon" in first.stderr, first.stderr
+        first = [prove("a"), prove("b")]  # at once: one starts the daemon, the other finds it
+        errs = [p.communicate(timeout=600)[1] for p in first]
+        assert [p.returncode for p in first] == [0, 0], errs
+        assert sum("started a cuzk daemon" in e for e in errs) == 1, errs
         supervisor = SupervisorState.load(data).supervisor_pid
-        assert supervisor and _running(supervisor) and load_json(public) == toy.public
-        public.unlink()
-        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
-        assert second.returncode == 0 and "started" not in second.stderr, second.stderr
-        assert SupervisorState.load(data).supervisor_pid == supervisor and load_json(public) == toy.public
+        assert supervisor and _running(supervisor)
+        later = prove("c")
+        err = later.communicate(timeout=600)[1]
+        assert later.returncode == 0 and "started" not in err, err
+        assert SupervisorState.load(data).supervisor_pid == supervisor
+        assert all(load_json(tmp_path / f"public-{tag}.json") == toy.public for tag in "abc")
         with Client(f"unix:{data / 'cuzk.sock'}") as c:
-            assert [j.state for j in c.list_jobs()] == ["DONE", "DONE"]  # both proofs were the daemon's
+            assert [j.state for j in c.list_jobs()] == ["DONE"] * 3  # all three proofs were the daemon's
         wait_for(lambda: not _running(supervisor), 120, "the idle daemon to stop by itself")
         assert "(--idle-exit): stopping" in (data / "cuzk.log").read_text()
     finally:

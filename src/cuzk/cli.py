@@ -113,26 +113,32 @@ KEEP_DAEMON_IDLE_S = 900.0  # how long a daemon that `cuzk prove --keep-daemon` 
 def _start_local_daemon(address: str, idle_s: float, config: str | None) -> None:
     """Start ``cuzk daemon --listen ADDRESS --idle-exit IDLE_S`` in a session of its own (it outlives this process; its
     log is the socket's path with ``.log``) and return once its socket exists. Its first proofs wait for its JIT
-    warm-up; the next calls find it running, with the kernels loaded and the key resident."""
+    warm-up; the next calls find it running, with the kernels loaded and the key resident. Calls that find no daemon
+    at the same moment take turns on a lock file beside the socket, so one starts it and the others find it."""
+    import fcntl
     import subprocess
 
     socket = Path(address[5:])
     socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path = socket.with_suffix(".log")
-    argv = [sys.executable, "-m", "cuzk.cli", "daemon", "--listen", address, "--idle-exit", f"{idle_s:g}",
-            *(["--config", config] if config else [])]
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-    print(f"started a cuzk daemon (pid {proc.pid}, log {log_path}) that stops after {idle_s:g} s without a proof",
-          file=sys.stderr)
-    deadline, delay = time.monotonic() + 120.0, 0.005
-    while not socket.exists():  # the engine process binds it once its imports are done (about a second)
-        if proc.poll() is not None:
-            raise OSError(f"the cuzk daemon this prove started exited ({proc.returncode}) before listening; see {log_path}")
-        if time.monotonic() > deadline:
-            raise OSError(f"the cuzk daemon this prove started (pid {proc.pid}) did not listen within 120 s; see {log_path}")
-        time.sleep(delay)
-        delay = min(2 * delay, 0.1)
+    with open(socket.with_suffix(".start-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, after the socket exists
+        if socket.exists():
+            return
+        argv = [sys.executable, "-m", "cuzk.cli", "daemon", "--listen", address, "--idle-exit", f"{idle_s:g}",
+                *(["--config", config] if config else [])]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        print(f"started a cuzk daemon (pid {proc.pid}, log {log_path}) that stops after {idle_s:g} s without a proof",
+              file=sys.stderr)
+        deadline, delay = time.monotonic() + 120.0, 0.005
+        while not socket.exists():  # the engine process binds it once its imports are done (about a second)
+            if proc.poll() is not None:
+                raise OSError(f"the cuzk daemon this prove started exited ({proc.returncode}) before listening; see {log_path}")
+            if time.monotonic() > deadline:
+                raise OSError(f"the cuzk daemon this prove started (pid {proc.pid}) did not listen within 120 s; see {log_path}")
+            time.sleep(delay)
+            delay = min(2 * delay, 0.1)
 
 
 def _cmd_fullprove(args: argparse.Namespace) -> int:
