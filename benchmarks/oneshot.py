@@ -1,19 +1,24 @@
 """One-shot proving: `cuzk prove` started once per proof, as scripts call a prover, against rapidsnark on the same circuits.
 
-Usage: .venv/bin/python benchmarks/oneshot.py [--repeat N] [--rapidsnark PATH] [--synthetic LOG2 ...] [--with-daemon] [circuit_dir ...]
+Usage: .venv/bin/python benchmarks/oneshot.py [--repeat N] [--rapidsnark PATH] [--backend B] [--synthetic LOG2 ...]
+                                              [--no-daemon] [circuit_dir ...]
 
 Defaults to the BN254 circuits of ../shared/corpus (rapidsnark proves BN254 only) and the
-static rapidsnark build in ../shared/peers (or $RAPIDSNARK). Each round runs the two
-provers back to back on one circuit, so both see the same load on a shared machine; the
-table shows medians and the ratio cuzk ÷ rapidsnark (below 1: cuzk is faster), and splits
-cuzk's wall time into its own phase timings (`--verbose`) and the rest: interpreter and
-module imports, numba's cache loads, argument parsing. `--synthetic 16` adds a synthetic
-circuit of 2^16 constraints with a test-only cuzk key (rapidsnark reads snarkjs-format keys,
-so it proves the same file). Both proofs of every round are checked with cuzk's verifier
-against the key's verification key, so a fast wrong proof cannot win. `--with-daemon` also starts
-`cuzk daemon` and times the same `cuzk prove` command line once it finds the daemon's socket
-(the daemon keeps the kernels loaded and the key resident). Times are wall seconds; on a
-shared machine compare the ratios, which both provers' runs of one round share.
+static rapidsnark build in ../shared/peers (or $RAPIDSNARK; without one only cuzk's times are
+shown). Each round runs the provers back to back on one circuit, so all see the same load on a
+shared machine: rapidsnark, `cuzk prove --local` (a fresh process that imports numba, loads its
+cached kernels and reads the key) and, unless --no-daemon, the same plain `cuzk prove` command
+line while a local `cuzk daemon` runs (the process only imports the gRPC client; the daemon has
+the kernels loaded and the key resident). The table shows medians and the ratios cuzk ÷
+rapidsnark (below 1: cuzk is faster), and splits the local run's wall time into cuzk's own
+phase timings (`--verbose`) and the rest: interpreter start-up, imports, numba's cache loads.
+`--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
+(rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
+is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
+cannot win. Both provers get the same OpenMP wait policy (cuzk's PASSIVE unless the
+environment sets one; on a busy machine rapidsnark's Poseidon proofs gain from it too). The daemon is the one `cuzk prove --keep-daemon` starts (the first call's time is
+printed apart). Times are wall seconds; on a shared machine compare the ratios, which the runs of
+one round share.
 
 The package's .pyc files are written first (`compileall`): pip does that at install, while an
 environment with PYTHONDONTWRITEBYTECODE would otherwise compile every module at each start.
@@ -23,9 +28,9 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -78,39 +83,38 @@ def synthetic_circuit(log2: int, out: Path) -> Path:
     return d
 
 
-def start_daemon(data_dir: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """`cuzk daemon` on a socket in ``data_dir``, once its JIT warm-up is done; the process and the socket address."""
-    import urllib.error
-    import urllib.request
+def stop_daemon(data_dir: Path) -> None:
+    """SIGTERM to the supervisor of the daemon in ``data_dir`` (the benchmark's own), then wait until it is gone."""
+    from cuzk.engine.supervisor import SupervisorState
 
-    socket = f"unix:{data_dir}/cuzk.sock"
-    proc = subprocess.Popen([sys.executable, "-m", "cuzk.cli", "daemon", "--data-dir", str(data_dir), "--listen", socket,
-                             "--http", "127.0.0.1:0"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline, info = time.monotonic() + 1800, data_dir / "run" / "daemon.json"
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            http = json.loads(info.read_text())["http"]
-            with urllib.request.urlopen(f"http://{http}/healthz", timeout=5):
-                return proc, socket  # 200: serving
-        except (OSError, ValueError, KeyError, urllib.error.HTTPError):
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the daemon in {data_dir} did not start serving")
+    pid = SupervisorState.load(data_dir).supervisor_pid
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+        while Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":  # not our child: no wait()
+            time.sleep(0.1)
+    except (ProcessLookupError, FileNotFoundError):  # gone (and reaped by whoever adopted it)
+        pass
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("circuits", nargs="*", type=Path, help="directories holding circuit.zkey, witness.wtns, verification_key.json")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per circuit (default 5); medians are shown")
-    parser.add_argument("--rapidsnark", type=Path, default=RAPIDSNARK, help="the rapidsnark prover binary")
+    parser.add_argument("--rapidsnark", type=Path, default=RAPIDSNARK, help="the rapidsnark prover binary (skipped where absent)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"], help="cuzk's backend (default auto, as `cuzk prove`)")
     parser.add_argument("--synthetic", type=int, action="append", default=[], metavar="LOG2", help="add a 2^LOG2 synthetic circuit")
-    parser.add_argument("--with-daemon", action="store_true", help="also time `cuzk prove` with a local daemon running")
+    parser.add_argument("--no-daemon", dest="daemon", action="store_false", help="leave out `cuzk prove` through a local daemon")
     args = parser.parse_args(argv)
-    if not args.rapidsnark.is_file():
-        raise SystemExit(f"no rapidsnark at {args.rapidsnark} (build iden3/rapidsnark, then pass --rapidsnark or set $RAPIDSNARK)")
+    peer = args.rapidsnark if args.rapidsnark.is_file() else None
+    if peer is None:
+        print(f"no rapidsnark at {args.rapidsnark} (build iden3/rapidsnark, then pass --rapidsnark or set $RAPIDSNARK): "
+              "cuzk's times only", file=sys.stderr)
     compileall.compile_dir(REPO / "src" / "cuzk", quiet=1)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "CUZK_DAEMON")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # cuzk's default (ff/parallel.py), given to rapidsnark's OpenMP too
     if not env.get("NUMBA_CACHE_DIR"):  # the daemon's kernels where the one-shot CLI keeps them: warm for both
         from cuzk.config import ENV_PREFIX, default_data_dir
         from cuzk.jit_cache import cache_dir
@@ -122,39 +126,49 @@ def main(argv: list[str]) -> int:
                                  and "bls12381" not in (p / "verification_key.json").read_text()]
         dirs += [synthetic_circuit(log2, out) for log2 in args.synthetic]
         proof, public = out / "proof.json", out / "public.json"
-        cuzk = [sys.executable, "-m", "cuzk.cli", "prove", "--backend", "cpu", "--verbose"]  # in this process (no daemon)
+        cuzk = [sys.executable, "-m", "cuzk.cli", "prove"]
+        local = [*cuzk, "--local", "--verbose", *(["--backend", args.backend] if args.backend != "auto" else [])]
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
-            run_seconds([*cuzk, "--local", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)], env)
-        daemon = start_daemon(out / "daemon", env) if args.with_daemon else None
-        daemon_env = {**env, "CUZK_DAEMON": daemon[1]} if daemon else None
-        print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>8} {'ratio':>6}   cuzk's phases / the rest (start-up)"
-              + ("   cuzk via daemon, ratio" if daemon else ""))
+            run_seconds([*local, str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)], env)
+        # The daemon a script gets from `cuzk prove --keep-daemon`, in a data directory (and socket) of the run's own.
+        daemon_env = {**env, "CUZK_DATA_DIR": str(out / "daemon"), "CUZK_HTTP": "127.0.0.1:0"} if args.daemon else None
+        for i, d in enumerate(dirs if daemon_env else []):  # the daemon's first proof of a key reads it: a script's Nth does not
+            wall, _ = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
+                                  daemon_env)
+            if i == 0:
+                print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {wall:.2f} s")
+        print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   local: phases / the rest")
         try:
             for d in dirs:
                 files = [str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)]
-                peer, ours, phases, served = [], [], [], []
+                peer_s, ours, phases, served = [], [], [], []
                 for _ in range(args.repeat):
-                    wall, _ = run_seconds([str(args.rapidsnark), *files], env)
-                    assert verifies(d, proof, public), f"rapidsnark's proof of {d.name} does not verify"
-                    peer.append(wall)
-                    wall, stderr = run_seconds([*cuzk, "--local", *files], env)
+                    if peer is not None:
+                        peer_s.append(run_seconds([str(peer), *files], env)[0])
+                        assert verifies(d, proof, public), f"rapidsnark's proof of {d.name} does not verify"
+                    wall, stderr = run_seconds([*local, *files], env)
                     assert verifies(d, proof, public), f"cuzk's proof of {d.name} does not verify"
                     ours.append(wall)
                     phases.append(phase_seconds(stderr))
-                    if daemon:
-                        wall, _ = run_seconds([sys.executable, "-m", "cuzk.cli", "prove", *files], daemon_env)
+                    if daemon_env:
+                        served.append(run_seconds([*cuzk, *files], daemon_env)[0])
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"
-                        served.append(wall)
-                p, o, ph = statistics.median(peer), statistics.median(ours), statistics.median(phases)
-                line = f"{d.name:<22} {p:>9.3f}s {o:>7.3f}s {o / p:>6.2f}   {ph:.3f} s / {o - ph:.3f} s"
-                if daemon:
-                    line += f"   {statistics.median(served):.3f} s, {statistics.median(served) / p:.2f}"
-                print(line, flush=True)
+                p = statistics.median(peer_s) if peer_s else None
+                o, ph = statistics.median(ours), statistics.median(phases)
+                v = statistics.median(served) if served else None
+
+                def cell(t: float | None, width: int) -> str:
+                    return f"{t:>{width - 1}.3f}s" if t is not None else f"{'-':>{width}}"
+
+                def ratio(t: float | None) -> str:
+                    return f"{t / p:>6.2f}" if t is not None and p else f"{'-':>6}"
+
+                print(f"{d.name:<22} {cell(p, 10)} {cell(o, 7)} {ratio(o)}  {cell(v, 7)} {ratio(v)}   {ph:.3f} s / {o - ph:.3f} s",
+                      flush=True)
         finally:
-            if daemon:
-                daemon[0].terminate()
-                daemon[0].wait(60)
+            if daemon_env:
+                stop_daemon(out / "daemon")
     return 0
 
 

@@ -421,3 +421,19 @@ def test_concurrent_msms_from_several_threads():
     with ThreadPoolExecutor(max_workers=3) as ex:
         got = list(ex.map(lambda s: backend.msm_g1(curve, bases, ints_to_limbs(s, 8)), jobs))
     assert got == want
+
+
+@pytest.mark.parametrize("preset", [None, "ACTIVE"])
+def test_openmp_workers_sleep_between_parallel_regions_unless_the_environment_says_otherwise(preset):
+    """What libgomp reads when numba's omp layer loads at the first parallel launch: PASSIVE by default (spinning
+    workers took the cores of a busy machine from the Python threads between regions), the user's own choice else."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import os\nimport numpy as np\nfrom cuzk.backends.cpu import ntt\nfrom cuzk.curves import BN254\n"
+            "ntt.ntt(BN254, np.zeros((8, 8), np.uint32))\nprint(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": preset} if preset else {})
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == [preset or "PASSIVE"]

@@ -110,6 +110,17 @@ def test_prove_with_a_daemon_that_was_never_there_fails_at_once(tmp_path, capsys
     assert "the socket file does not exist" in _one_error_line(capsys)
 
 
+def test_keep_daemon_is_refused_with_the_flags_that_prove_here(tmp_path, capsys):
+    out = [str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    for flags in (["--local"], ["--backend", "cpu"], ["--no-verify"]):
+        assert cli_main(["prove", "--keep-daemon", *flags, *out]) == 1
+        assert "--keep-daemon proves on a local daemon" in _one_error_line(capsys)
+    assert cli_main(["prove", "--keep-daemon", "--idle-exit", "-1", *out]) == 1
+    assert "--idle-exit takes a positive number of seconds" in _one_error_line(capsys)
+    assert cli_main(["daemon", "--idle-exit", "0"]) == 1
+    assert "--idle-exit takes a positive number of seconds" in _one_error_line(capsys)
+
+
 def test_prove_with_a_daemon_that_does_not_answer_says_it_is_waiting(tmp_path, capsys):
     import socket
 
@@ -170,3 +181,18 @@ def test_a_socket_without_a_daemon_behind_it_means_proving_here(tmp_path, capsys
     assert capsys.readouterr().err == ""  # no waiting, no message: the proof was made in this process
     vkey = read_vkey(EXAMPLE / "verification_key.json")
     assert verify(vkey, read_public(public, curve=vkey.curve), read_proof(proof, curve=vkey.curve))
+
+
+def test_the_command_table_names_every_command_and_each_gets_its_own_parser():
+    """`main` builds only the named command's parser (a daemon client's prove skips the others' modules): the table
+    must name every command the full parser has, so none is left to the slower path."""
+    import re
+
+    from cuzk.cli import COMMANDS, build_parser
+
+    def listed(parser) -> set[str]:
+        return set(re.search(r"\{([^}]*)\}", parser.format_usage()).group(1).split(","))
+
+    assert listed(build_parser()) == {name for names, _ in COMMANDS for name in names}
+    for names, _ in COMMANDS:
+        assert listed(build_parser(names[0])) == set(names)

@@ -351,6 +351,67 @@ def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, cl
     assert jobs() == before + 1 and load_json(public) == toy.public
 
 
+def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client, circuits, tmp_path):
+    """The client side of `cuzk prove` loads neither numpy nor numba nor the prover: a one-shot call through a daemon
+    pays Python's start-up and gRPC's, not the JIT's."""
+    toy = circuits["small"]
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    script = ("import sys\nfrom cuzk.cli import main\ncode = main(sys.argv[1:])\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite')\n"
+              "             or m.startswith(('cuzk.prover', 'cuzk.backends', 'cuzk.formats', 'cuzk.engine.core'))))\n"
+              "sys.exit(code)")
+    before = len(client.list_jobs())
+    done = subprocess.run([sys.executable, "-c", script, "prove", str(toy.zkey), str(toy.witness), str(proof), str(public)],
+                          env={**os.environ, "CUZK_DAEMON": f"unix:{daemon.socket}"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+    assert len(client.list_jobs()) == before + 1 and load_json(public) == toy.public
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is no zombie (a daemon whose parent exited is reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_keep_daemon_starts_one_daemon_that_later_proves_use_and_that_stops_when_idle(circuits, tmp_path):
+    toy = circuits["small"]
+    data = Path(tempfile.mkdtemp(prefix="cz", dir="/tmp"))  # short: a unix socket path must fit in 107 bytes
+    config = data / "cuzk.toml"
+    config.write_text(f'data_dir = "{data}"\nhttp = "127.0.0.1:0"\n[engine]\nbackend = "cpu"\n')
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CUZK_")}, "CUZK_CONFIG": str(config)}
+
+    def prove(tag: str) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "cuzk.cli", "prove", "--keep-daemon", "--idle-exit", "10", str(toy.zkey), str(toy.witness),
+                str(tmp_path / f"proof-{tag}.json"), str(tmp_path / f"public-{tag}.json")]
+        return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    supervisor = None
+    try:
+        first = [prove("a"), prove("b")]  # at once: one starts the daemon, the other finds it
+        errs = [p.communicate(timeout=600)[1] for p in first]
+        assert [p.returncode for p in first] == [0, 0], errs
+        assert sum("started a cuzk daemon" in e for e in errs) == 1, errs
+        supervisor = SupervisorState.load(data).supervisor_pid
+        assert supervisor and _running(supervisor)
+        later = prove("c")
+        err = later.communicate(timeout=600)[1]
+        assert later.returncode == 0 and "started" not in err, err
+        assert SupervisorState.load(data).supervisor_pid == supervisor
+        assert all(load_json(tmp_path / f"public-{tag}.json") == toy.public for tag in "abc")
+        with Client(f"unix:{data / 'cuzk.sock'}") as c:
+            assert [j.state for j in c.list_jobs()] == ["DONE"] * 3  # all three proofs were the daemon's
+        wait_for(lambda: not _running(supervisor), 120, "the idle daemon to stop by itself")
+        assert "(--idle-exit): stopping" in (data / "cuzk.log").read_text()
+    finally:
+        if supervisor and _running(supervisor):
+            os.kill(supervisor, signal.SIGTERM)
+            wait_for(lambda: not _running(supervisor), 60, "the daemon to stop")
+        shutil.rmtree(data, ignore_errors=True)
+
+
 def test_idempotent_resubmit(client, circuits):
     toy, poseidon = circuits["small"], circuits["medium"]
     request_id = f"idem-{uuid.uuid4().hex}"

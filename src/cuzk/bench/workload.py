@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 from ..engine.jobs import Priority
@@ -39,6 +38,8 @@ class PlannedJob:
 
 def example_dir() -> Path:
     """The bundled example (a 2^10 synthetic BN254 circuit with a testing-only key), shipped as package data."""
+    from importlib.resources import files  # here: the CLI builds bench's parser for every command, a prove too
+
     return Path(os.fspath(files("cuzk") / "examples" / EXAMPLE_NAME))
 
 

@@ -5,8 +5,18 @@ Modules: units (byte sizes), limits (what the kernel enforces), cgroup (child cg
 workloads), probe (memprobe), plan (limits -> budget), budget, pinned, reconcile, commands (CLI).
 """
 
-from .budget import CATEGORIES, AcquireTimeout, BudgetExceededError, MemoryBudget, Reservation
-from .units import GiB, KiB, MiB, TiB, format_size, parse_size
+from importlib import import_module
 
-__all__ = ["CATEGORIES", "AcquireTimeout", "BudgetExceededError", "MemoryBudget", "Reservation",
-           "GiB", "KiB", "MiB", "TiB", "format_size", "parse_size"]
+# Imported when first asked for: every CLI command (a daemon client too) reads `memory.units`, and the budget's
+# module graph would otherwise cost each of them its import.
+_LAZY = {name: "budget" for name in ("CATEGORIES", "AcquireTimeout", "BudgetExceededError", "MemoryBudget", "Reservation")}
+_LAZY |= {name: "units" for name in ("GiB", "KiB", "MiB", "TiB", "format_size", "parse_size")}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'cuzk.memory' has no attribute {name!r}")
+
+
+__all__ = list(_LAZY)

@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .budget import MemoryBudget
-from .limits import MemoryLimits, read_limits
-from .plan import BudgetPlan, plan_budget
-from .probe import ProbeError, default_probe_path, load_saved_probes, run_probe
-from .reconcile import ReconcileReading, Reconciler
 from .units import MiB, format_size, parse_size
+
+if TYPE_CHECKING:  # the rest is imported by the commands that use it: `cuzk prove` builds this parser too
+    from .limits import MemoryLimits
+    from .plan import BudgetPlan
+    from .reconcile import ReconcileReading
 
 
 def _size_arg(text: str) -> int:
@@ -29,7 +30,8 @@ def add_memory_commands(subparsers) -> None:
     p.add_argument("--budget-over-limit", action="store_true", help="trust --budget even above the real limit (as the daemon's flag)")
     p.add_argument("--margin", type=_size_arg, help="margin kept out of the budget (default: from memprobe, else 5 %% + 5 %%)")
     p.add_argument("--probe-file", type=Path, action="append", dest="probe_files",
-                   help=f"memprobe result(s) to take the margin from (default: {default_probe_path()} and the pinned one beside it)")
+                   help="memprobe result(s) to take the margin from (default: memprobe.json and memprobe-pinned.json in "
+                        "$CUZK_STATE_DIR, else ~/.local/state/cuzk)")
     p.set_defaults(func=_cmd_memcheck)
 
     p = subparsers.add_parser("memprobe", help="measure usable memory by allocating up to a safety distance below the limit")
@@ -47,6 +49,12 @@ def check_memory(budget_bytes: int | None = None, margin_bytes: int | None = Non
                  probe_files: list[Path] | None = None,
                  trust_configured: bool = False) -> tuple[MemoryLimits, BudgetPlan, ReconcileReading, list[str]]:
     """The limits, the plan they give, and one reconciler reading of how much of the budget is usable now."""
+    from .budget import MemoryBudget
+    from .limits import read_limits
+    from .plan import plan_budget
+    from .probe import load_saved_probes
+    from .reconcile import Reconciler
+
     limits = read_limits()
     probes, used = load_saved_probes(probe_files)
     plan = plan_budget(limits, configured_bytes=budget_bytes, margin_bytes=margin_bytes, probes=probes,
@@ -100,6 +108,8 @@ def _cmd_memcheck(args: argparse.Namespace) -> int:
 
 
 def _cmd_memprobe(args: argparse.Namespace) -> int:
+    from .probe import ProbeError, default_probe_path, run_probe
+
     for name in ("chunk_mib", "margin_mib", "max_mib", "limit_mib"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "margin_mib" else 1):

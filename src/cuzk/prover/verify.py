@@ -11,6 +11,11 @@ That last value is recomputed from alpha and beta, not taken from ``vk_alphabeta
 Each :func:`verify` then computes L with the CPU backend's MSM, B's lines, and one Miller
 loop shared by the three pairs with one final exponentiation.
 
+A key that checks a single proof (a one-shot prove's self-check, ``prepare_zkey(zkey,
+single_proof=True)``) keeps (alpha, beta) as a fourth pair of that proof's Miller loop
+instead: e(alpha, beta) alone costs a Miller loop and a final exponentiation of its own,
+and loading those two kernels from numba's cache costs a fresh process ~45 ms more.
+
 Malformed input (wrong curve, wrong signal count, a signal >= r, a point off its curve or
 outside the order-r subgroup) raises :class:`VerifyInputError`; a well-formed proof that
 does not satisfy the equation gives False.
@@ -43,18 +48,13 @@ class VerifyInputError(ValueError):
 class PreparedVerifyingKey:
     """A checked verification key with its proof-independent pairing work done."""
 
-    vkey: VerificationKey
+    curve: Curve
+    n_public: int
     ic: np.ndarray = field(repr=False)  # (n_public + 1, 2, Lq) affine Montgomery limbs, all-zero for infinity
-    lines: np.ndarray = field(repr=False)  # (2, steps, 3, 2, Lq): Miller-loop lines of gamma, delta
-    target: np.ndarray = field(repr=False)  # (2, 3, 2, Lq): 1 / e(alpha, beta)
-
-    @property
-    def curve(self) -> Curve:
-        return self.vkey.curve
-
-    @property
-    def n_public(self) -> int:
-        return self.vkey.n_public
+    lines: np.ndarray = field(repr=False)  # (2, steps, 3, 2, Lq): Miller-loop lines of gamma, delta (and beta, below)
+    target: np.ndarray = field(repr=False)  # (2, 3, 2, Lq): 1 / e(alpha, beta), or one when (alpha, beta) is paired
+    # For a single proof: alpha's limbs (2, Lq), paired with beta's lines (the last of ``lines``) in the proof's product.
+    alpha: np.ndarray | None = field(default=None, repr=False)
 
 
 def alphabeta(curve: Curve, alpha1: Point, beta2: Point) -> Fq12Json:
@@ -73,11 +73,14 @@ def _vkey_from_zkey(zkey: ZKey, alphabeta_12: Fq12Json) -> VerificationKey:
                            delta2=zkey.delta2, alphabeta_12=alphabeta_12, ic=tuple(zkey.ic_points()))
 
 
-def prepare_zkey(zkey: ZKey) -> PreparedVerifyingKey:
-    """``prepare_vkey(vkey_from_zkey(zkey))`` with e(alpha, beta) computed once instead of twice (a one-shot prove's
-    self-check pays for every pairing)."""
+def prepare_zkey(zkey: ZKey, *, single_proof: bool = False) -> PreparedVerifyingKey:
+    """``prepare_vkey(vkey_from_zkey(zkey))`` without computing e(alpha, beta) twice; ``single_proof``: for checking
+    one proof only, with (alpha, beta) paired in its product rather than e(alpha, beta) computed (see the module)."""
+    if single_proof:
+        return _prepare(zkey.curve, zkey.n_public, zkey.alpha1, zkey.beta2, zkey.gamma2, zkey.delta2, tuple(zkey.ic_points()),
+                        None, single_proof=True)
     ab = alphabeta(zkey.curve, zkey.alpha1, zkey.beta2)
-    return _prepare(_vkey_from_zkey(zkey, ab), tuple(tuple(tuple(c) for c in half) for half in ab))
+    return _prepare_vkey(_vkey_from_zkey(zkey, ab), tuple(tuple(tuple(c) for c in half) for half in ab))
 
 
 def _check_point(E: PairingEngine, P: object, group: int, what: str, allow_infinity: bool = True) -> Point:
@@ -107,32 +110,39 @@ def prepare_vkey(vkey: VerificationKey) -> PreparedVerifyingKey:
     """Check a verification key and precompute its pairing data; reuse the result for every proof."""
     if isinstance(vkey, PreparedVerifyingKey):
         return vkey
-    return _prepare(vkey, None)
+    return _prepare_vkey(vkey, None)
 
 
-def _prepare(vkey: VerificationKey, e_alpha_beta) -> PreparedVerifyingKey:
-    """``e_alpha_beta``: e(alpha, beta) when this process just computed it from the same points, else None (computed)."""
-    curve = vkey.curve
+def _prepare_vkey(vkey: VerificationKey, e_alpha_beta) -> PreparedVerifyingKey:
+    return _prepare(vkey.curve, vkey.n_public, vkey.alpha1, vkey.beta2, vkey.gamma2, vkey.delta2, vkey.ic, e_alpha_beta)
+
+
+def _prepare(curve: Curve, n_public: int, alpha1: Point, beta2: Point, gamma2: Point, delta2: Point, ic_points,
+             e_alpha_beta, *, single_proof: bool = False) -> PreparedVerifyingKey:
+    """``e_alpha_beta``: e(alpha, beta) when this process just computed it from the same points, else None (computed,
+    unless ``single_proof`` pairs alpha with beta in the proof's product instead)."""
     E = engine(curve)
-    n_public = vkey.n_public
     if isinstance(n_public, bool) or not isinstance(n_public, int) or n_public < 0:
         raise VerifyInputError(f"verification key: n_public must be a non-negative integer, got {n_public!r}")
-    if len(vkey.ic) != n_public + 1:
-        raise VerifyInputError(f"verification key: n_public = {n_public} needs {n_public + 1} IC points, got {len(vkey.ic)}")
-    alpha = _check_point(E, vkey.alpha1, 1, "vk_alpha_1", allow_infinity=False)
-    beta = _check_point(E, vkey.beta2, 2, "vk_beta_2", allow_infinity=False)
-    gamma = _check_point(E, vkey.gamma2, 2, "vk_gamma_2", allow_infinity=False)
-    delta = _check_point(E, vkey.delta2, 2, "vk_delta_2", allow_infinity=False)
+    if len(ic_points) != n_public + 1:
+        raise VerifyInputError(f"verification key: n_public = {n_public} needs {n_public + 1} IC points, got {len(ic_points)}")
+    alpha = _check_point(E, alpha1, 1, "vk_alpha_1", allow_infinity=False)
+    beta = _check_point(E, beta2, 2, "vk_beta_2", allow_infinity=False)
+    gamma = _check_point(E, gamma2, 2, "vk_gamma_2", allow_infinity=False)
+    delta = _check_point(E, delta2, 2, "vk_delta_2", allow_infinity=False)
     n = curve.Fq.limbs64
     ic = np.zeros((n_public + 1, 2, n), np.uint64)
-    for i, P in enumerate(vkey.ic):
+    for i, P in enumerate(ic_points):
         if _check_point(E, P, 1, f"IC[{i}]") is not None:
             ic[i] = E.g1_limbs(P)
+    if single_proof:
+        lines = np.stack([E.prepare_g2(gamma), E.prepare_g2(delta), E.prepare_g2(beta)])
+        return PreparedVerifyingKey(curve, n_public, ic, lines, E.fq12_limbs(E.tower.one), E.g1_limbs(alpha))
     lines = np.stack([E.prepare_g2(gamma), E.prepare_g2(delta)])
     if e_alpha_beta is None:
         e_alpha_beta = E.pairing(alpha, beta)
     target = E.fq12_limbs(E.tower.conj(e_alpha_beta))  # Gt elements are unitary: conj = inverse
-    return PreparedVerifyingKey(vkey, ic, lines, target)
+    return PreparedVerifyingKey(curve, n_public, ic, lines, target)
 
 
 def _ic_scalars(curve: Curve, n_public: int, public_signals: list[int]) -> np.ndarray:
@@ -179,4 +189,7 @@ def verify(key: VerificationKey | PreparedVerifyingKey, public_signals: list[int
     if c is not None:
         g1_points.append(E.g1_limbs(c))
         lines.append(pvk.lines[1])
+    if pvk.alpha is not None:  # prepared for a single proof: e(alpha, beta) is in this product, the target is one
+        g1_points.append(pvk.alpha)
+        lines.append(pvk.lines[2])
     return E.pairing_product_is(g1_points, lines, pvk.target)

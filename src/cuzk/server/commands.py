@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 # -- the daemon ---------------------------------------------------------------------------------
 
 def _cmd_daemon(args: argparse.Namespace) -> int:
+    if args.idle_exit is not None and (args.no_supervise or args.idle_exit <= 0):
+        raise ValueError("--idle-exit takes a positive number of seconds and the supervisor (not --no-supervise)")
     from ..config import load_config
     from ..engine.supervisor import Supervisor, atomic_write_json
     from ..jit_cache import use_cache_dir
@@ -57,7 +60,42 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
                             budget_over_limit=config.budget_over_limit)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, supervisor.stop)
+    if args.idle_exit is not None:
+        stopped = threading.Event()
+        threading.Thread(target=_stop_when_idle, args=(config.listen_addresses()[0], config.token, args.idle_exit,
+                                                       supervisor.stop, stopped), name="idle-exit", daemon=True).start()
+        try:
+            return supervisor.run()
+        finally:
+            stopped.set()
     return supervisor.run()
+
+
+def _stop_when_idle(address: str, token: str | None, idle_s: float, stop, stopped: threading.Event) -> None:
+    """Call ``stop`` once no job has been queued, running or finished for ``idle_s`` seconds (``--idle-exit``: a daemon
+    that `cuzk prove --keep-daemon` started goes away by itself, as gradle's or sccache's do). Asked over the daemon's
+    own listener, as any client would, every quarter of ``idle_s`` (at most every 30 s)."""
+    from ..client import Client, DaemonError, DaemonUnavailable
+
+    unfinished = [state.value for state in JobState if not state.terminal]
+    last_activity = time.time()
+    with Client(address, token, restart_grace=0.0) as client:
+        while not stopped.wait(min(idle_s / 4, 30.0)):
+            try:
+                busy = client.list_jobs(states=unfinished, limit=1)
+                newest = client.list_jobs(limit=1)
+            except (DaemonError, DaemonUnavailable):  # starting or restarting: not idle
+                last_activity = time.time()
+                continue
+            now = time.time()
+            if busy:
+                last_activity = now
+            elif newest:
+                last_activity = max(last_activity, newest[0].finished_at or now, newest[0].submitted_at)
+            if now - last_activity >= idle_s:
+                logging.getLogger("cuzk.daemon").info("no job for %.0f s (--idle-exit): stopping", now - last_activity)
+                stop()
+                return
 
 
 # -- clients ------------------------------------------------------------------------------------
@@ -298,6 +336,9 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--token-file", help="file holding the bearer token TCP clients must send")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--no-supervise", action="store_true", help="run the engine in this process, without restarts")
+    p.add_argument("--idle-exit", type=float, metavar="SECONDS",
+                   help="stop once no job has been queued, running or finished for this long (what `cuzk prove "
+                        "--keep-daemon` starts its daemon with)")
     p.set_defaults(func=_cmd_daemon)
 
     p = sub.add_parser("submit", help="queue a proof on the daemon; prints the job id")
