@@ -5,8 +5,9 @@ a child (``engine.device_process``, spawned, never forked) owns one device's bac
 and its K lanes. Per proof, only the job id, the key's name and path, and the paths of the job's
 witness (in the journal) and r1cs cross the pipe; the proof (a few hundred bytes) or a typed
 error come back. Why: isolation — a segfault, a CUDA fault or a kill takes one worker, not the
-daemon — and several GPUs fed beyond one GIL. Not speed on one GPU: in-process, an H200 proves
-at 0.98–1.10 of its bare lanes' rate.
+daemon — and lanes that the daemon's intake never holds up: the engine alone proves at
+0.97–1.10 of its bare lanes' rate in-process, but through the daemon at 2^16 the worker process
+was ×1.19 on one H200 (benchmarks/GPU_NOTES.md, session 6).
 
 - **What admission asks of the devices** (``synthesizes_on_devices``, ``holds_vectors_on_devices``,
   ``why_not_on_devices``) is answered by the children, from their own device's VRAM budget
