@@ -4,6 +4,7 @@ every stage, await timeouts, failures with reasons, and a budget that is never e
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -521,8 +522,13 @@ def _admitted(engine: Engine, circuit: str = "small"):
     return engine.admission.admit(LiveJob(record))
 
 
-def _touch(nbytes: int) -> np.ndarray:
-    return np.ones(nbytes, dtype=np.uint8)  # every page written: anonymous memory the kernel counts
+def _touch(nbytes: int) -> mmap.mmap:
+    """``nbytes`` of anonymous memory, every page written, in a mapping of its own: dropping it unmaps it, whatever
+    malloc's thresholds have become in this process (after earlier tests freed large blocks, glibc serves 16 MiB
+    from its heap and keeps it resident when freed, which a later window would then see)."""
+    block = mmap.mmap(-1, nbytes)
+    np.frombuffer(block, dtype=np.uint8)[:] = 1
+    return block
 
 
 def test_jobs_that_always_overlap_still_calibrate_their_circuit_from_a_shared_peak(make_engine):
