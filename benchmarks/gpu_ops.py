@@ -251,24 +251,22 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
     row["phases_no_table_ms"] = {label: round(ms, 3) for label, ms in backend.msm.phase_log}
     backend.msm.phase_log = None
     backend.msm.window_tables = True
-    if table_sweep:  # the same MSM over tables of other windows c (each built anew)
-        row["table_sweep_ms"] = {}
-        for c in table_sweep:
+    def sweep(knob: str, values: list[int], default) -> dict:
+        """The same MSM with the backend's ``knob`` at each value (tables and graphs built anew), checked each time."""
+        out = {}
+        for value in values:
             resident.drop_table()
-            backend.msm.table_window = c
-            ms, got_c = timer(lambda: fn(curve, resident, scalars), repeat)
-            row["table_sweep_ms"][c] = round(ms, 3) if G.eq(got_c, expected) else "WRONG"
-        backend.msm.table_window = None
+            setattr(backend.msm, knob, value)
+            ms, got = timer(lambda: fn(curve, resident, scalars), repeat)
+            out[value] = round(ms, 3) if G.eq(got, expected) else "WRONG"
+        setattr(backend.msm, knob, default)
         resident.drop_table()
-    if chunk_sweep:  # the same MSM with other entries per accumulating thread (tables and graphs built anew)
-        row["chunk_sweep_ms"] = {}
-        for length in chunk_sweep:
-            resident.drop_table()
-            backend.msm.chunk_len = length
-            ms, got_l = timer(lambda: fn(curve, resident, scalars), repeat)
-            row["chunk_sweep_ms"][length] = round(ms, 3) if G.eq(got_l, expected) else "WRONG"
-        backend.msm.chunk_len = 0
-        resident.drop_table()
+        return out
+
+    if table_sweep:  # tables of other windows c
+        row["table_sweep_ms"] = sweep("table_window", table_sweep, None)
+    if chunk_sweep:  # other entries per accumulating thread
+        row["chunk_sweep_ms"] = sweep("chunk_len", chunk_sweep, 0)
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
