@@ -170,9 +170,7 @@ def load_hot(path: Path, header: ZKeyHeader, allocator: HostAllocator, chunk_byt
     try:
         with StagingRing(allocator, read_chunk_bytes(header, chunk_bytes)) as ring, SectionReader(path, ring) as reader:
             for name, (file_pos, nbytes) in section_spans(header).items():
-                dest = buffer.array(offsets[name], np.dtype(np.uint8), (nbytes,))
-                for chunk in reader.chunks(file_pos, nbytes):
-                    dest[chunk.start : chunk.start + len(chunk.array)] = chunk.array
+                reader.read_into(file_pos, buffer.array(offsets[name], np.dtype(np.uint8), (nbytes,)))
         shapes = array_shapes(header)
         arrays = {name: buffer.array(offsets[name], *shapes[name]) for name in _SECTIONS}
         for arr in arrays.values():

@@ -175,9 +175,14 @@ class SectionReader:
     def read(self, offset: int, nbytes: int) -> np.ndarray:
         """A small section (the IC points) in an array of its own."""
         out = np.empty(nbytes, dtype=np.uint8)
-        for chunk in self.chunks(offset, nbytes):
-            out[chunk.start : chunk.start + len(chunk.array)] = chunk.array
+        self.read_into(offset, out)
         return out
+
+    def read_into(self, offset: int, out: np.ndarray) -> None:
+        """Fill ``out`` (uint8) from the file's bytes at ``offset``. No view of a ring slot outlives the call, so the
+        ring can be unmapped as soon as its load ends."""
+        for chunk in self.chunks(offset, len(out)):
+            out[chunk.start : chunk.start + len(chunk.array)] = chunk.array
 
     def _read(self, slot: np.ndarray, pos: int, n: int) -> np.ndarray:
         if self.direct:
