@@ -43,8 +43,10 @@ def test_bench_completes_every_job_through_an_oom_recovery_and_reports_it(make_c
     finally:
         measuring.stop()
         measuring.cleanup()
-    # Room for one proof with the restarted engine's footprint and margins (measured: ~150 MiB), far from all keys resident.
-    limit = one_proof_peak + 160 * MiB
+    # Room for one proof with the restarted engine's footprint and margins, far from all keys resident. Measured (session 6):
+    # the restarted engine, warm, holds ~171 MiB of its own and plans a 96 MiB margin, and a key's first job reserves
+    # the uncalibrated estimate (26 MiB) beside its key (19 MiB); with +160 MiB the restarted engine could not admit it.
+    limit = one_proof_peak + 192 * MiB
     assert limit < one_proof_peak + (N_KEYS - 1) * hot
     out = tmp_path / "out"
     args = ["bench", "--budget", "2GiB", "--budget-over-limit", "--memory-limit", str(limit), "--engine", "synth_workers=4",

@@ -22,6 +22,7 @@ from conftest import REPO, corpus_dir, load_json, snarkjs_verify
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import AwaitTimeout, Engine, EngineConfig, EngineStopped, JobState, Priority
+from cuzk.engine.admission import JobTooLarge
 from cuzk.engine.jobs import JobError, UnknownJobError
 from cuzk.engine.journal import DataDirLocked, Journal, RequestIdConflict
 from cuzk.engine import FileIdentity, WitnessFileError
@@ -529,6 +530,22 @@ def _touch(nbytes: int) -> mmap.mmap:
     block = mmap.mmap(-1, nbytes)
     np.frombuffer(block, dtype=np.uint8)[:] = 1
     return block
+
+
+def test_a_job_that_waits_for_memory_nothing_will_free_is_refused_not_left_waiting(make_engine, monkeypatch):
+    """No job runs and no key loads, yet the budget cannot give a job its bytes (here the reconciler's usable total
+    shrank under it): after STUCK_WAIT_S it fails naming what holds the memory, instead of waiting forever."""
+    from cuzk.engine import admission as admission_module
+
+    monkeypatch.setattr(admission_module, "STUCK_WAIT_S", 0.3)
+    engine = make_engine(start=False)
+    need = engine.working_set("small").total_bytes
+    engine.budget.set_effective_limit(engine.budget.reserved_bytes + need // 2)
+    with pytest.raises(JobTooLarge, match=r"with no job running: the engine's own memory .* it cannot run here"):
+        _admitted(engine)
+    assert engine.budget.snapshot()["waiters"] == 0 and engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
+    engine.budget.set_effective_limit(None)  # room again: the next job is admitted
+    _admitted(engine).release()
 
 
 def test_jobs_that_always_overlap_still_calibrate_their_circuit_from_a_shared_peak(make_engine):

@@ -58,6 +58,11 @@ from .tracker import LiveJob
 log = logging.getLogger("cuzk.engine")
 
 
+# A job that waited this long for memory while no job ran and no key loaded is refused (``Admission._stuck``): the
+# reconciler re-reads the process every 0.5 s, so by then the room it waits for is not coming back.
+STUCK_WAIT_S = 5.0
+
+
 class JobTooLarge(ProvingError):
     """Key plus working set exceed the whole budget: waiting could never help."""
 
@@ -217,12 +222,39 @@ class Admission:
 
     def _reserve(self, job: LiveJob, workset: WorkingSet) -> Reservation:
         label = f"job {job.id[:8]} ({job.circuit})"
+        stuck_since = None
         while True:  # bounded waits, so a cancel is seen while queued for memory
             job.checkpoint()
             try:
                 return self.budget.acquire(workset.total_bytes, "working", timeout=0.2, label=label)
             except AcquireTimeout:
-                continue
+                if not self._nothing_will_free():
+                    stuck_since = None
+                    continue
+                stuck_since = stuck_since or time.monotonic()
+                if time.monotonic() - stuck_since >= STUCK_WAIT_S:
+                    raise self._stuck(job.circuit, workset) from None
+
+    def _nothing_will_free(self) -> bool:
+        """No job holds memory and no key loads: waiting only helps if the reconciler gives room back."""
+        with self._measuring:
+            if self._running:
+                return False
+        held = self.budget.snapshot()["by_category"]
+        return held["working"]["bytes"] == 0 and held["transient"]["bytes"] == 0 and not self.keys.any_loading()
+
+    def _stuck(self, circuit: str, workset: WorkingSet) -> JobTooLarge:
+        """The refusal of a job that waited ``STUCK_WAIT_S`` for memory while nothing ran: what the engine itself and
+        its keys hold leaves less than it needs, so it would wait forever."""
+        snap = self.budget.snapshot()
+        runtime = f"{format_size(self._runtime.nbytes)} reserved, {format_size(self._runtime.measured_bytes)} measured" \
+            if self._runtime is not None else "not measured"
+        return JobTooLarge(
+            f"circuit {circuit!r} needs {format_size(workset.total_bytes)} of working memory, and only "
+            f"{format_size(snap['available_bytes'])} of the budget is free with no job running: the engine's own memory "
+            f"({runtime}) and its keys ({format_size(snap['by_category']['key']['bytes'])}) hold the rest of the "
+            f"{format_size(snap['effective_total_bytes'])} usable now ({format_size(snap['total_bytes'])} planned); "
+            "it cannot run here (raise the memory limit or the budget)")
 
     # ---- measurement (module docstring) -----------------------------------------------------
     def _begin_measure(self, grant: Grant) -> None:
