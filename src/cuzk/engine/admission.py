@@ -247,8 +247,8 @@ class Admission:
         """The refusal of a job that waited ``STUCK_WAIT_S`` for memory while nothing ran: what the engine itself and
         its keys hold leaves less than it needs, so it would wait forever."""
         snap = self.budget.snapshot()
-        runtime = f"{format_size(self._runtime.nbytes)} reserved, {format_size(self._runtime.measured_bytes)} measured" \
-            if self._runtime is not None else "not measured"
+        runtime = (f"{format_size(self._runtime.nbytes)} reserved, {format_size(self._runtime.unreserved_bytes())} "
+                   "resident beyond reservations now") if self._runtime is not None else "not measured"
         return JobTooLarge(
             f"circuit {circuit!r} needs {format_size(workset.total_bytes)} of working memory, and only "
             f"{format_size(snap['available_bytes'])} of the budget is free with no job running: the engine's own memory "
