@@ -31,7 +31,8 @@ import multiprocessing
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from ..keys.manager import KeyManager
@@ -61,24 +62,13 @@ class DeviceProcessDied(RuntimeError):
     """The device worker process holding the job died before answering."""
 
 
-@dataclass
-class _Waiter:
-    """One answer awaited from a child: a job's outcome, or a call's value."""
+class _Waiter(Future):
+    """One answer awaited from a child (a job's outcome, or a call's value), and what to call when a job's proving
+    half begins there."""
 
-    on_proving: Any = None
-    done: threading.Event = field(default_factory=threading.Event)
-    value: Any = None
-    error: BaseException | None = None
-
-    def settle(self, value: Any = None, error: BaseException | None = None) -> None:
-        self.value, self.error = value, error
-        self.done.set()
-
-    def result(self) -> Any:
-        self.done.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
+    def __init__(self, on_proving: Callable[[], object] | None = None):
+        super().__init__()
+        self.on_proving = on_proving
 
 
 def _exit_cause(code: int | None) -> str:
@@ -208,16 +198,16 @@ class DeviceProcess:
             if waiter is None:  # its holder gave it up (a death in between): never answered twice
                 log.warning("%s worker process: dropped a %s message for %s, no longer in its hands", self.name, kind, key)
             elif kind == "proved":
-                waiter.settle(message[2])
+                waiter.set_result(message[2])
             elif kind == "cancelled":
-                waiter.settle(error=ProofCancelled())
+                waiter.set_exception(ProofCancelled())
             elif kind == "failed":
                 error = DeviceProcessError if message[2] == "request" else DeviceProcessInternalError
-                waiter.settle(error=error(message[3]))
+                waiter.set_exception(error(message[3]))
             elif message[2]:  # an answer
-                waiter.settle(message[3])
+                waiter.set_result(message[3])
             else:
-                waiter.settle(error=RuntimeError(f"{self.name} worker process: {message[3]}"))
+                waiter.set_exception(RuntimeError(f"{self.name} worker process: {message[3]}"))
 
     def _died(self) -> bool:
         """The pipe's EOF: settle what the child held, then restart it; False when it was asked to stop."""
@@ -233,7 +223,7 @@ class DeviceProcess:
         cause = _exit_cause(process.exitcode)
         died = DeviceProcessDied(f"the {self.name} worker process (pid {process.pid}) died: {cause}")
         for waiter in waiters:
-            waiter.settle(error=ProofCancelled() if closing else died)
+            waiter.set_exception(ProofCancelled() if closing else died)
         if closing:
             return False
         self.last_exit = cause
