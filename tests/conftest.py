@@ -1,4 +1,4 @@
-"""Shared fixtures: the real-circuit corpus (skipped where ../shared is absent) and the snarkjs oracle."""
+"""Shared fixtures: the real-circuit corpus (skipped where ../shared is absent), the snarkjs oracle and memory cgroups."""
 
 from __future__ import annotations
 
@@ -107,3 +107,30 @@ def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
+
+
+@pytest.fixture
+def memory_cgroups():
+    """``make(limit_bytes, prefix, oom_counter=False)``: a new child memory cgroup, closed after the test; the test is
+    skipped where none is writable (or, with ``oom_counter``, where the kernel keeps no OOM-kill count)."""
+    from cuzk.memory.cgroup import ChildCgroup
+    from cuzk.memory.limits import CgroupError
+
+    made = []
+
+    def make(limit_bytes: int, prefix: str = "cuzk-test-", oom_counter: bool = False):
+        try:
+            cg = ChildCgroup.create(limit_bytes, prefix=prefix)
+        except (CgroupError, PermissionError) as exc:
+            pytest.skip(f"no writable memory cgroup here: {exc}")
+        made.append(cg)
+        if oom_counter:
+            try:
+                cg.oom_kills()
+            except CgroupError as exc:
+                pytest.skip(f"no OOM-kill counter in memory cgroup {cg.directory}: {exc}")
+        return cg
+
+    yield make
+    for cg in reversed(made):
+        cg.close()

@@ -298,15 +298,10 @@ def test_bench_reports_an_absent_daemon_clearly(tmp_path, capsys):
 
 
 @pytest.mark.cgroup
-def test_memory_limit_runs_the_daemon_in_a_cgroup_of_its_own(tmp_path, capsys):
-    from cuzk.memory.cgroup import ChildCgroup
-    from cuzk.memory.limits import CgroupError
+def test_memory_limit_runs_the_daemon_in_a_cgroup_of_its_own(tmp_path, capsys, memory_cgroups):
     from cuzk.memory.units import GiB
 
-    try:
-        ChildCgroup.create(GiB, prefix="cuzk-test-probe-").close()
-    except (CgroupError, PermissionError) as exc:
-        pytest.skip(f"no writable memory cgroup: {exc}")
+    memory_cgroups(GiB, "cuzk-test-probe-")  # skips where the bench could not make its own
     out = tmp_path / "out"
     assert cli_main(["bench", "--memory-limit", "3GiB", "--jobs", "2", "--out", str(out), "--engine", "backend=cpu",
                      "--sample-interval", "0.1", "--json", "--no-progress", "--no-plot", "--timeout", "300"]) == 0

@@ -20,20 +20,19 @@ import pytest
 from cuzk.cli import main as cli_main
 from cuzk.memory.units import MiB
 from test_daemon import DaemonProcess, circuits_for
-from test_daemon_recovery import make_cgroup  # noqa: F401 (a fixture)
 
 N_KEYS = 20
 
 
 @pytest.mark.cgroup
 @pytest.mark.slow
-def test_bench_completes_every_job_through_an_oom_recovery_and_reports_it(make_cgroup, tmp_path, capsys):  # noqa: F811
+def test_bench_completes_every_job_through_an_oom_recovery_and_reports_it(memory_cgroups, tmp_path, capsys):
     sha = circuits_for(tmp_path / "circuits", ("large",))["large"]
     keys = {}
     for i in range(N_KEYS):
         keys[f"key{i}"] = tmp_path / f"key{i}.zkey"
         shutil.copyfile(sha.zkey, keys[f"key{i}"])
-    cg = make_cgroup(2048 * MiB)
+    cg = memory_cgroups(2048 * MiB, oom_counter=True)
     measuring = DaemonProcess({"key0": keys["key0"]}, engine={"synth_workers": 4}, budget="2GiB", cgroup=cg)
     try:
         with measuring.client() as client:

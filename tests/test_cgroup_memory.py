@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from cuzk.memory.cgroup import ChildCgroup
-from cuzk.memory.limits import CgroupError
 from cuzk.memory.pinned import cuda_available
 from cuzk.memory.units import MiB
 
@@ -25,29 +23,12 @@ pytestmark = pytest.mark.cgroup
 CLI = [sys.executable, "-m", "cuzk.cli"]
 
 
-@pytest.fixture
-def cgroup_factory():
-    made = []
-
-    def make(limit_bytes):
-        try:
-            cg = ChildCgroup.create(limit_bytes, prefix="cuzk-test-")
-        except CgroupError as exc:
-            pytest.skip(f"no writable memory cgroup here: {exc}")
-        made.append(cg)
-        return cg
-
-    yield make
-    for cg in made:
-        cg.close()
-
-
 def run_in(cg, args, tmp_path, timeout=120):
     return cg.run(args, timeout=timeout, env={**os.environ, "CUZK_STATE_DIR": str(tmp_path / "state")})
 
 
-def test_memcheck_inside_a_limited_cgroup_reports_that_limit(cgroup_factory, tmp_path):
-    cg = cgroup_factory(512 * MiB)
+def test_memcheck_inside_a_limited_cgroup_reports_that_limit(memory_cgroups, tmp_path):
+    cg = memory_cgroups(512 * MiB)
     res = run_in(cg, CLI + ["memcheck", "--json"], tmp_path)
     assert res.returncode == 0, res.stderr
     report = json.loads(res.stdout)
@@ -61,8 +42,8 @@ def test_memcheck_inside_a_limited_cgroup_reports_that_limit(cgroup_factory, tmp
     assert "limit        512.00 MiB" in human.stdout and "budget total" in human.stdout
 
 
-def test_memprobe_stops_short_of_the_limit_and_reports_it(cgroup_factory, tmp_path):
-    cg = cgroup_factory(512 * MiB)
+def test_memprobe_stops_short_of_the_limit_and_reports_it(memory_cgroups, tmp_path):
+    cg = memory_cgroups(512 * MiB)
     res = run_in(cg, CLI + ["memprobe", "--chunk-mib", "64", "--margin-mib", "64"], tmp_path)
     assert res.returncode == 0, res.stderr
     result = json.loads(res.stdout)
@@ -81,8 +62,8 @@ def test_memprobe_stops_short_of_the_limit_and_reports_it(cgroup_factory, tmp_pa
     assert check["plan"]["headroom_bytes"] == 64 * MiB
 
 
-def test_memprobe_reports_an_oom_kill_of_its_child_and_survives(cgroup_factory, tmp_path):
-    cg = cgroup_factory(256 * MiB)
+def test_memprobe_reports_an_oom_kill_of_its_child_and_survives(memory_cgroups, tmp_path):
+    cg = memory_cgroups(256 * MiB)
     # Told the limit is 1 GiB, the probe's child runs into the real 256 MiB and the kernel kills it, not the caller.
     res = run_in(cg, CLI + ["memprobe", "--chunk-mib", "32", "--margin-mib", "0", "--limit-mib", "1024"], tmp_path)
     assert res.returncode == 3, res.stderr
@@ -94,8 +75,8 @@ def test_memprobe_reports_an_oom_kill_of_its_child_and_survives(cgroup_factory, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not cuda_available(), reason="needs CuPy and a CUDA device")
-def test_pinned_memprobe_inside_a_cgroup(cgroup_factory, tmp_path):
-    cg = cgroup_factory(2048 * MiB)
+def test_pinned_memprobe_inside_a_cgroup(memory_cgroups, tmp_path):
+    cg = memory_cgroups(2048 * MiB)
     # Bounded by --max-mib: page-locked memory the driver maps may not be charged to the cgroup at all,
     # in which case nothing but the bound stops the probe (and the result shows a negative overhead).
     res = run_in(cg, CLI + ["memprobe", "--pinned", "--chunk-mib", "128", "--margin-mib", "256", "--max-mib", "1024"], tmp_path)
@@ -112,8 +93,8 @@ BALLAST = 96 * MiB  # held outside the budget all along (like a CUDA context): m
 
 
 @pytest.mark.parametrize("mode", ["budget", "unbudgeted"])
-def test_workload_survives_with_the_budget_and_is_oom_killed_without(cgroup_factory, tmp_path, mode):
-    cg = cgroup_factory(512 * MiB)
+def test_workload_survives_with_the_budget_and_is_oom_killed_without(memory_cgroups, tmp_path, mode):
+    cg = memory_cgroups(512 * MiB)
     res = run_in(cg, [sys.executable, str(Path(__file__).resolve()), mode], tmp_path)
     if mode == "unbudgeted":
         assert res.returncode == -9 and cg.oom_kills() >= 1, (res.returncode, res.stdout, res.stderr[-2000:])

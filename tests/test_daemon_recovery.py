@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from cuzk.client import Client
-from cuzk.memory.limits import CgroupError
 from cuzk.memory.units import MiB, format_size
 from test_daemon import Circuit, DaemonProcess, check_proofs, circuits_for, wait_for
 
@@ -75,26 +74,6 @@ def test_kill_9_of_the_engine_mid_run_loses_and_duplicates_nothing(make_daemon, 
 
 # -- memory cgroups -------------------------------------------------------------------------------
 
-@pytest.fixture
-def make_cgroup():
-    from cuzk.memory.cgroup import ChildCgroup
-
-    made = []
-
-    def make(limit: int):
-        try:
-            cg = ChildCgroup.create(limit, prefix="cuzk-test-daemon-")
-            cg.oom_kills()
-        except (CgroupError, PermissionError) as exc:
-            pytest.skip(f"no writable memory cgroup with an OOM counter: {exc}")
-        made.append(cg)
-        return cg
-
-    yield make
-    for cg in made:
-        cg.close()
-
-
 def engine_footprint(client: Client, circuit: Circuit) -> tuple[int, int]:
     """(bytes the idle engine takes once warm, bytes each concurrent proof of ``circuit`` adds: its working set).
 
@@ -111,9 +90,9 @@ def engine_footprint(client: Client, circuit: Circuit) -> tuple[int, int]:
 
 @pytest.mark.cgroup
 @pytest.mark.slow
-def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_daemon, make_cgroup, tmp_path):
+def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_daemon, memory_cgroups, tmp_path):
     sha = circuits_for(tmp_path / "circuits", ("large",))["large"]
-    cg = make_cgroup(4096 * MiB)
+    cg = memory_cgroups(4096 * MiB, oom_counter=True)
     daemon = make_daemon({sha.name: sha.zkey}, engine={"synth_workers": 4}, cgroup=cg)
     with daemon.client() as client:
         idle, per_job = engine_footprint(client, sha)
@@ -134,7 +113,7 @@ def test_jobs_under_a_limit_below_their_joint_need_complete_without_oom(make_dae
 
 @pytest.mark.cgroup
 @pytest.mark.slow
-def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_daemon, make_cgroup, tmp_path):
+def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_daemon, memory_cgroups, tmp_path):
     """Issue 4's forced OOM: a configured budget above the cgroup limit, trusted by --budget-over-limit."""
     from dataclasses import replace
 
@@ -144,7 +123,7 @@ def test_forced_oom_is_recognised_budget_lowered_and_every_job_completes(make_da
     # memory, and an engine that believes it has 2 GiB keeps every loaded key resident.
     big = synthetic_circuit(tmp_path / "big", 1 << 16)
     keys = [replace(big, name=f"k{i}") for i in range(14)]
-    cg = make_cgroup(2048 * MiB)
+    cg = memory_cgroups(2048 * MiB, oom_counter=True)
     # A long idle time: after the OOM restart the learned budget holds one key at a time, and each
     # job must get the previous idle key evicted at once (waiting could not make the room), not
     # after ten minutes.

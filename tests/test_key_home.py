@@ -84,24 +84,9 @@ def _uncached_file(path: Path, nbytes: int) -> Path:
 
 
 @pytest.fixture
-def cgroup(tmp_path):
+def cgroup(memory_cgroups):
     """Two memory cgroups side by side: the child starts in the first and moves into the second to measure."""
-    from cuzk.memory.cgroup import ChildCgroup
-    from cuzk.memory.limits import CgroupError
-
-    made = []
-    try:
-        for _ in range(2):
-            made.append(ChildCgroup.create(4 << 30, prefix="cuzk-test-keyhome-"))
-    except CgroupError as exc:
-        pytest.skip(f"no writable memory cgroup here: {exc}")
-    finally:
-        if len(made) < 2:
-            for cg in made:
-                cg.close()
-    yield made
-    for cg in reversed(made):
-        cg.close()
+    return [memory_cgroups(4 << 30, "cuzk-test-keyhome-") for _ in range(2)]
 
 
 def run_child(cgroups, *args) -> dict:

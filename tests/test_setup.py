@@ -23,8 +23,6 @@ from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
 from cuzk.formats.ptau import read_ptau
 from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
 from cuzk.formats.zkey import read_zkey, read_zkey_header
-from cuzk.memory.cgroup import ChildCgroup
-from cuzk.memory.limits import CgroupError
 from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
 
 CURVES = [BN254, BLS12_381]
@@ -390,19 +388,13 @@ def test_malformed_ptau_contents(ptau_bn254, tmp_path, small_r1cs, capsys):
 
 
 @pytest.mark.cgroup
-def test_key_too_large_for_the_cgroup_limit_is_refused_before_allocating(tmp_path, small_r1cs):
+def test_key_too_large_for_the_cgroup_limit_is_refused_before_allocating(tmp_path, small_r1cs, memory_cgroups):
     """Inside a real 320 MiB memory cgroup the budget is that limit less the margin; setup says so and writes nothing."""
-    try:
-        cg = ChildCgroup.create(320 << 20, prefix="cuzk-test-setup-")
-    except CgroupError as exc:
-        pytest.skip(f"no writable memory cgroup here: {exc}")
+    cg = memory_cgroups(320 << 20, "cuzk-test-setup-")
     env = {**os.environ, "CUZK_STATE_DIR": str(tmp_path / "state")}
-    try:
-        zkey = tmp_path / "out.zkey"
-        res = cg.run([sys.executable, "-m", "cuzk.cli", "setup", str(small_r1cs), str(zkey), "--backend", "cpu"], timeout=300, env=env)
-        assert res.returncode == 1, res.stdout + res.stderr
-        assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
-        assert "GiB to set up, more than the 0.2 GiB of the memory budget (ceiling 320.00 MiB from cgroup v" in res.stderr
-        assert not zkey.exists() and cg.oom_kills() == 0
-    finally:
-        cg.close()
+    zkey = tmp_path / "out.zkey"
+    res = cg.run([sys.executable, "-m", "cuzk.cli", "setup", str(small_r1cs), str(zkey), "--backend", "cpu"], timeout=300, env=env)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.startswith("error: ") and res.stderr.count("\n") == 1
+    assert "GiB to set up, more than the 0.2 GiB of the memory budget (ceiling 320.00 MiB from cgroup v" in res.stderr
+    assert not zkey.exists() and cg.oom_kills() == 0

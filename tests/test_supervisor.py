@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from conftest import wait_for
 from cuzk.engine.supervisor import (
     ENGINE_STATE_FILE, EXIT_CONFIG, EXIT_GAVE_UP, Death, Supervisor, SupervisorPolicy, SupervisorState, read_json)
-from cuzk.memory.limits import CgroupError
 from cuzk.memory.units import MiB
 
 # argv: data_dir mode budget [exit-status]
@@ -187,20 +186,8 @@ SUPERVISOR_MAIN = textwrap.dedent('''
 
 
 @pytest.fixture
-def cgroup_1g():
-    from cuzk.memory.cgroup import ChildCgroup
-
-    try:
-        cg = ChildCgroup.create(1024 * MiB, prefix="cuzk-test-sup-")
-    except (CgroupError, PermissionError) as exc:
-        pytest.skip(f"no writable memory cgroup: {exc}")
-    try:
-        cg.oom_kills()
-    except CgroupError as exc:
-        cg.close()
-        pytest.skip(str(exc))
-    with cg:
-        yield cg
+def cgroup_1g(memory_cgroups):
+    return memory_cgroups(1024 * MiB, "cuzk-test-sup-", oom_counter=True)
 
 
 def run_supervisor_in(cg, tmp_path, fake_engine, data_dir, mode, budget, min_budget=64 * MiB):
