@@ -6,6 +6,7 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --table-sweep 10,12,13,14   # window-table c
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --chunk-sweep 8,16,32   # entries per thread
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20 --ops msm_g1 --join-sweep 1,4,16   # cut buckets one thread joins
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -199,7 +200,7 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
 
 
 def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=(),
-              chunk_sweep=()):
+              chunk_sweep=(), join_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -267,6 +268,8 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
         row["table_sweep_ms"] = sweep("table_window", table_sweep, None)
     if chunk_sweep:  # other entries per accumulating thread
         row["chunk_sweep_ms"] = sweep("chunk_len", chunk_sweep, 0)
+    if join_sweep:  # other widest buckets joined by one thread (1: the pairwise tree joins all)
+        row["join_sweep_ms"] = sweep("join_span", join_sweep, 0)
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
@@ -350,6 +353,7 @@ def main(argv=None) -> int:
                          "double-buffered upload overlapping compute (prints the overlap gain)")
     ap.add_argument("--table-sweep", metavar="C,C,...", help="also time each MSM over window tables of these windows c")
     ap.add_argument("--chunk-sweep", metavar="L,L,...", help="also time each MSM with L sorted entries per accumulating thread")
+    ap.add_argument("--join-sweep", metavar="S,S,...", help="also time each MSM with cut buckets of up to S chunks joined by one thread")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -389,7 +393,8 @@ def main(argv=None) -> int:
                 if f"msm_{group}" in ops:
                     bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
                               [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else (),
-                              [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else ())
+                              [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else (),
+                              [int(v) for v in args.join_sweep.split(",")] if args.join_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:

@@ -78,6 +78,11 @@ SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launc
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
 GRAPH_MAX_POINTS = 1 << 18
+# Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
+# tree, once an MSM has this many entries (throughput-bound: the tree's steps leave most lanes idle). Below that, latency
+# counts and the tree's log2(span) steps are the shorter chain.
+SEQ_JOIN_SPAN = 16
+SEQ_JOIN_MIN_ENTRIES = 1 << 22
 
 
 @cache
@@ -150,6 +155,7 @@ class SortShape:
     chunk_len: int  # sorted entries summed by one thread
     chunks: int
     join_steps: int  # bound of the pairwise join's steps (msm_join_pieces skips those past the largest bucket's)
+    seq_span: int  # cut buckets of at most this many chunks are summed by one thread each (msm_join_buckets)
     segments_log: int  # windows: log2 of the segments per window (msm_window_segments)
     reduction: tuple[int, int, int]  # table: (log_g, pieces, block) of the bucket reduction
     level_rows: tuple[int, ...]  # rows of each reduction level's buffer
@@ -164,9 +170,10 @@ class SortShape:
 
     @classmethod
     @cache
-    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0) -> SortShape:
+    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each."""
+        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each; ``seq_span`` (at least 1: the tree
+        joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
@@ -175,6 +182,7 @@ class SortShape:
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
+        seq_span = seq_span or (SEQ_JOIN_SPAN if entries >= SEQ_JOIN_MIN_ENTRIES else 1)
         if table:
             threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // (4 * sum_words)).bit_length() - 1)
             log_g, pieces, _ = reduction_plan(log_b, threads)
@@ -189,7 +197,7 @@ class SortShape:
                 per_window //= min(32, per_window)
                 rows.append(windows * per_window)
             levels = tuple(rows)
-        return cls(n, c, windows, table, sum_words, keys, entries, chunk_len, chunks, join_steps, segments_log, reduction, levels)
+        return cls(n, c, windows, table, sum_words, keys, entries, chunk_len, chunks, join_steps, seq_span, segments_log, reduction, levels)
 
     @property
     def work_bytes(self) -> int:
@@ -275,7 +283,8 @@ class CudaMsm:
     ``min_chunk`` (the fewest points an MSM chunk may have) is a tuning knob tests lower to
     reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
     next chunk off, ``window_tables = False`` keeps resident bases from getting window tables,
-    ``table_window = c`` sets the window of the tables built from then on (benchmarks sweep it),
+    ``table_window = c`` sets the window of the tables built from then on, ``chunk_len`` and ``join_span`` the
+    entries per accumulating thread and the widest cut bucket one thread joins (benchmarks sweep these),
     and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
     """
 
@@ -287,6 +296,7 @@ class CudaMsm:
         self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
         self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
         self.chunk_len = 0  # sorted entries per accumulating thread (0: SortShape's rule; benchmarks sweep it)
+        self.join_span = 0  # widest cut bucket summed by one thread (0: SortShape's rule; 1: the tree joins all)
         self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
@@ -383,7 +393,7 @@ class CudaMsm:
         per_point = SCALAR_LIMBS * 4 + (0 if resident else buffers * point_words(curve, group) * 4)
 
         def layout(c: int, table: bool) -> int:
-            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len).work_bytes + n * per_point
+            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len, self.join_span).work_bytes + n * per_point
 
         if table_bits:
             return layout(table_bits, True)
@@ -553,7 +563,7 @@ class CudaMsm:
             if bases.graphs:
                 return bases.graphs.pop()
         curve, group, n = bases.curve, bases.group, bases.n
-        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len)
+        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len, self.join_span)
         reservation = self.vram.try_reserve(shape.work_bytes + n * SCALAR_LIMBS * 4,
                                             f"{curve.name} {group.upper()} MSM graph ({n} points)", evict=False)
         if reservation is None:
@@ -629,7 +639,7 @@ class CudaMsm:
         """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
         that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
         buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
-        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len)
+        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len, self.join_span)
         work = MsmWork.allocate(self.runtime, shape)
         self._phase("start")
         self._launch_msm(mod, shape, work, self.gpu.device_view(scalars)[0], points, table_stride, offset)
@@ -673,9 +683,13 @@ class CudaMsm:
         rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
                   (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
+        if sh.seq_span > 1:
+            rt.launch(mod, "msm_join_buckets", grid(keys), THREADS, (work.offsets, np.uint32(keys), np.uint32(sh.chunk_len), np.uint32(sh.seq_span),
+                                                                    work.partial_sums, work.sums))
         for step in range(sh.join_steps):
             rt.launch(mod, "msm_join_pieces", grid(sh.chunks), THREADS, (work.offsets, np.uint32(keys), work.largest, np.uint32(sh.chunk_len),
-                                                                          np.uint32(step), work.partial_keys, work.partial_sums, work.sums))
+                                                                          np.uint32(sh.seq_span), np.uint32(step), work.partial_keys,
+                                                                          work.partial_sums, work.sums))
         self._phase("partials")
         if table_stride:
             self._reduce_buckets(mod, sh, work)
