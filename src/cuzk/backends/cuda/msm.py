@@ -73,6 +73,7 @@ MAX_SEGMENTS = 1 << 18  # segment sums of a window-table MSM's bucket reduction 
 # further eviction: under steady VRAM pressure a rebuild (seconds at 2^24) would be evicted again by the next proof.
 TABLE_REBUILD_BACKOFF = 16
 SCAN_THREADS = 1024  # a block of msm_scan_counts
+ACCUMULATE_THREADS = 128  # a block of msm_accumulate_bases (its launch bounds in msm.cu)
 SCAN_TILE = 1 << 12  # bucket counts scanned by one block of msm_scan_counts (more tiles: a second level)
 SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launch
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
@@ -102,14 +103,16 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
 
 
 @cache
-def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
+def reduction_plan(log_buckets: int, threads: int, log_g: int | None = None) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
     msm_bucket_segments sums 2^log_g buckets (at most ``MAX_SEGMENTS`` segments: their sums are two rows each),
     msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the shortest chain of
     dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by pairwise
-    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)."""
+    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split).
+    ``log_g`` given: the best split with that many buckets per segment (benchmarks sweep it)."""
     best = None
-    for log_g in range(max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1), log_buckets + 1):
+    first = max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1)
+    for log_g in range(first, log_buckets + 1) if log_g is None else (max(first, log_g),):
         segments = 1 << (log_buckets - log_g)
         block = min(threads, max(1, segments // 2))
         bits = log_buckets - log_g
@@ -172,13 +175,13 @@ class SortShape:
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each; ``seq_span`` (at least 1: the tree
+        thread, which otherwise are 32 (16 below 2^20 entries: fitted to the sweeps of GPU_NOTES v7); ``seq_span`` (at least 1: the tree
         joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
         entries = n * windows
-        chunk_len = max(MIN_CHUNK_LEN, chunk_len or min(32, 1 << max(0, (entries >> 17).bit_length() - 1)))
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len or (32 if entries >= 1 << 20 else 16))
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
@@ -680,7 +683,7 @@ class CudaMsm:
                 rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))
         self._phase("scatter")
         rt.memset(work.sums, 0)
-        rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
+        rt.launch(mod, "msm_accumulate_bases", -(-sh.chunks // ACCUMULATE_THREADS), ACCUMULATE_THREADS,
                   (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
         if sh.seq_span > 1:
