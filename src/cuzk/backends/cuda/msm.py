@@ -64,6 +64,10 @@ def window_bits(n: int, scalar_bits: int) -> int:
 # 2^16, c = 20 at 2^20), not to a thread's latency (~18 µs, ≈ 50,000 additions of the whole GPU):
 # the entries a smaller window adds cost more than the accumulation alone (sort, longer joins).
 SERIAL_OP_COST = 2_000
+# What one dependent step of the bucket reduction costs, in additions of its bit sums (msm_bit_sums adds about
+# bits·segments/2 points over the whole GPU): fitted to the log_g sweep of GPU_NOTES v7 (fastest: 4 buckets per
+# segment at 2^16 points, 8-16 at 2^20, where the shortest chain alone took 1 and 4).
+REDUCTION_STEP_ADDS = 20_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
@@ -73,7 +77,6 @@ MAX_SEGMENTS = 1 << 18  # segment sums of a window-table MSM's bucket reduction 
 # further eviction: under steady VRAM pressure a rebuild (seconds at 2^24) would be evicted again by the next proof.
 TABLE_REBUILD_BACKOFF = 16
 SCAN_THREADS = 1024  # a block of msm_scan_counts
-ACCUMULATE_THREADS = 128  # a block of msm_accumulate_bases (its launch bounds in msm.cu)
 SCAN_TILE = 1 << 12  # bucket counts scanned by one block of msm_scan_counts (more tiles: a second level)
 SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launch
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
@@ -106,9 +109,10 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
 def reduction_plan(log_buckets: int, threads: int, log_g: int | None = None) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
     msm_bucket_segments sums 2^log_g buckets (at most ``MAX_SEGMENTS`` segments: their sums are two rows each),
-    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the shortest chain of
-    dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by pairwise
-    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split).
+    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the least cost of its
+    chain of dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by
+    pairwise trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)
+    and of the bit sums' additions (``REDUCTION_STEP_ADDS`` per step of the chain; more segments, more of them).
     ``log_g`` given: the best split with that many buckets per segment (benchmarks sweep it)."""
     best = None
     first = max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1)
@@ -121,9 +125,10 @@ def reduction_plan(log_buckets: int, threads: int, log_g: int | None = None) -> 
                 break
             depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces.bit_length() - 1
                      + max(0, log_buckets - 1) + bits.bit_length())
-            if best is None or depth < best[2]:
-                best = (log_g, pieces, depth)
-    return best
+            cost = depth * REDUCTION_STEP_ADDS + (bits + 2) * segments // 2
+            if best is None or cost < best[0]:
+                best = (cost, (log_g, pieces, depth))
+    return best[1]
 
 
 def point_words(curve: Curve, group: str) -> int:
@@ -683,7 +688,7 @@ class CudaMsm:
                 rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))
         self._phase("scatter")
         rt.memset(work.sums, 0)
-        rt.launch(mod, "msm_accumulate_bases", -(-sh.chunks // ACCUMULATE_THREADS), ACCUMULATE_THREADS,
+        rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
                   (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
         if sh.seq_span > 1:

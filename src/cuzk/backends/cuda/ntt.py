@@ -21,7 +21,10 @@ from ...curves import Curve
 from .device import THREADS, CudaDevice, CudaInputError, check_vector, grid
 from .vram import VramReservation
 
-NTT_LOG_BLOCK_ELEMENTS = 11  # 2^11 Fr elements (64 KiB) of shared memory per NTT block
+NTT_MAX_LOG_BLOCK = 11  # 2^11 Fr elements (64 KiB for 8 limbs) of shared memory per NTT block at most
+# 2^10 by default: 32 KiB a block lets 4 blocks (32 warps, the register limit) share an SM where 64 KiB allowed 3, and
+# 2^24 still takes three passes (GPU_NOTES v7: 7.09 against 7.31 ms at 2^24, 0.48 against 0.50 at 2^20).
+NTT_LOG_BLOCK_ELEMENTS = 10
 COSET_SPLIT = 12  # shift^i = hi[i >> 12] · lo[i mod 2^12], as ntt.cu reads it
 BITREV_TILE_LOG = 5  # ntt_bitrev swaps tiles of 2^5 x 2^5 elements (two per block: 66 KiB of shared memory for Fr of 8 limbs)
 
@@ -42,8 +45,8 @@ class CudaNtt:
     knob tests lower to reach the many-pass path at small sizes."""
 
     def __init__(self, gpu: CudaDevice, log_block: int = NTT_LOG_BLOCK_ELEMENTS):
-        if not 1 <= log_block <= NTT_LOG_BLOCK_ELEMENTS:
-            raise ValueError(f"ntt_log_block must be in 1..{NTT_LOG_BLOCK_ELEMENTS}, got {log_block}")
+        if not 1 <= log_block <= NTT_MAX_LOG_BLOCK:
+            raise ValueError(f"ntt_log_block must be in 1..{NTT_MAX_LOG_BLOCK}, got {log_block}")
         self.gpu = gpu
         self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
         self.log_block = log_block

@@ -18,8 +18,6 @@ typedef int i32;
 #define CUZK_HD __host__ __device__ __forceinline__
 #define CUZK_OUTLINE __device__ __noinline__
 #define CUZK_KERNEL extern "C" __global__
-// A kernel's launch bounds: at most `threads` per block, registers capped so that `blocks` of them fit on an SM.
-#define CUZK_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
 #define CUZK_THREADS(tid) \
     for (u32 tid = threadIdx.x, cuzk_once_ = 1; cuzk_once_; cuzk_once_ = 0, __syncthreads())
 #define CUZK_DYNAMIC_SMEM(type, name)                                  \
@@ -38,7 +36,6 @@ typedef int i32;
 #define __global__
 #define __forceinline__ inline
 #define CUZK_KERNEL extern "C"
-#define CUZK_BOUNDS(threads, blocks)
 
 struct cuzk_dim3 { u32 x, y, z; };
 extern "C" {

@@ -273,9 +273,7 @@ CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, 
 }
 
 // The entry count is offsets[keys_total] (the grid covers a bound of it, not the count itself).
-// Blocks of 128 threads, 5 per SM (at most 102 registers: 20 warps where 120 registers allowed 16; the additions'
-// dependent chains need the warps to hide their latency). msm.py's ACCUMULATE_THREADS is the block size.
-CUZK_KERNEL CUZK_BOUNDS(128, 5) void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases,
+CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases,
                                       u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
     CUZK_THREADS(tid) {
         const u64 count = offsets[keys_total];
