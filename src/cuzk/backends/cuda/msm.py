@@ -180,13 +180,13 @@ class SortShape:
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise are 32 (16 below 2^20 entries: fitted to the sweeps of GPU_NOTES v7); ``seq_span`` (at least 1: the tree
+        thread, which otherwise are 32 from 2^20 entries (the sweeps of GPU_NOTES v7), MIN_CHUNK_LEN below; ``seq_span`` (at least 1: the tree
         joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
         entries = n * windows
-        chunk_len = max(MIN_CHUNK_LEN, chunk_len or (32 if entries >= 1 << 20 else 16))
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len or (32 if entries >= 1 << 20 else MIN_CHUNK_LEN))
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
@@ -552,7 +552,7 @@ class CudaMsm:
             if graph is None:
                 return self._msm(curve, group, bases, scalars, n, table)
             try:
-                graph.scalars[...] = self.gpu.device_view(scalars)[0]
+                self.runtime.copy(graph.scalars, self.gpu.device_view(scalars)[0])
                 self.runtime.replay(graph.graph)
                 return self._result(curve, group, graph.shape, graph.work, 0)
             finally:
