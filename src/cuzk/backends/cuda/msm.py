@@ -65,8 +65,8 @@ def window_bits(n: int, scalar_bits: int) -> int:
 # the entries a smaller window adds cost more than the accumulation alone (sort, longer joins).
 SERIAL_OP_COST = 2_000
 # What one dependent step of the bucket reduction costs, in additions of its bit sums (msm_bit_sums adds about
-# bits·segments/2 points over the whole GPU): fitted to the log_g sweep of GPU_NOTES v7 (fastest: 4 buckets per
-# segment at 2^16 points, 8-16 at 2^20, where the shortest chain alone took 1 and 4).
+# bits·segments/2 points over the whole GPU): fitted to the log_g sweeps of GPU_NOTES v7 (fastest: 4 buckets per
+# segment at 2^16 points, 8-16 at 2^20, 32 at 2^24, where the shortest chain alone took 1, 4 and 8).
 REDUCTION_STEP_ADDS = 20_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
@@ -83,8 +83,8 @@ SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launc
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
 GRAPH_MAX_POINTS = 1 << 18
 # Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
-# tree, once an MSM has this many entries (throughput-bound: the tree's steps leave most lanes idle). Below that, latency
-# counts and the tree's log2(span) steps are the shorter chain.
+# tree, once an MSM has this many entries (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24). Below, the
+# tree joins them all; GPU_NOTES v7's sweep found one thread per bucket faster from 2^16 points too, after its last run.
 SEQ_JOIN_SPAN = 16
 SEQ_JOIN_MIN_ENTRIES = 1 << 22
 
@@ -180,8 +180,8 @@ class SortShape:
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise are 32 from 2^20 entries (the sweeps of GPU_NOTES v7), MIN_CHUNK_LEN below; ``seq_span`` (at least 1: the tree
-        joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
+        thread, which otherwise are 32 from 2^20 entries (the sweeps of GPU_NOTES v7), MIN_CHUNK_LEN below;
+        ``seq_span`` (at least 1: the tree joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
