@@ -6,6 +6,8 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20,22 --ops synth   # A·w, B·w on the device and on the CPU
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --table-sweep 10,12,13,14   # window-table c
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --chunk-sweep 8,16,32   # entries per thread
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20 --ops msm_g1 --join-sweep 1,4,16   # cut buckets one thread joins
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 24 --ops ntt --ntt-block-sweep 9,10,11   # NTT elements per block
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -120,7 +122,7 @@ def host_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows):
+def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows, block_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -133,6 +135,13 @@ def bench_ntt(backend, timer, curve, log_n, rng, cpu, cpu_max_log, rows):
     t_coset, _ = timer(lambda: backend.coset_ntt(curve, data, curve.fr_root_of_unity(log_n + 1)), repeat)
     ok = bool(cupy.array_equal(back, data))
     row = {"op": "ntt", "curve": curve.name, "log_n": log_n, "ntt_ms": t_ntt, "intt_ms": t_intt, "coset_ntt_ms": t_coset, "ok": ok}
+    if block_sweep:  # other elements per shared-memory block (log2): fewer per block, more blocks (warps) per SM
+        default, row["block_sweep_ms"] = backend.transforms.log_block, {}
+        for log_block in block_sweep:
+            backend.transforms.log_block = log_block
+            ms, out = timer(lambda: backend.ntt(curve, data), repeat)
+            row["block_sweep_ms"][log_block] = round(ms, 3) if bool(cupy.array_equal(out, fwd)) else "WRONG"
+        backend.transforms.log_block = default
     if cpu is not None and log_n <= cpu_max_log:
         row["cpu_ntt_ms"] = host_time(lambda: cpu.ntt(curve, host), 1)
         row["cpu_ratio"] = row["cpu_ntt_ms"] / t_ntt
@@ -199,7 +208,7 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
 
 
 def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=(),
-              chunk_sweep=()):
+              chunk_sweep=(), join_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -267,6 +276,8 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
         row["table_sweep_ms"] = sweep("table_window", table_sweep, None)
     if chunk_sweep:  # other entries per accumulating thread
         row["chunk_sweep_ms"] = sweep("chunk_len", chunk_sweep, 0)
+    if join_sweep:  # other widest buckets joined by one thread (1: the pairwise tree joins all)
+        row["join_sweep_ms"] = sweep("join_span", join_sweep, 0)
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
@@ -350,6 +361,8 @@ def main(argv=None) -> int:
                          "double-buffered upload overlapping compute (prints the overlap gain)")
     ap.add_argument("--table-sweep", metavar="C,C,...", help="also time each MSM over window tables of these windows c")
     ap.add_argument("--chunk-sweep", metavar="L,L,...", help="also time each MSM with L sorted entries per accumulating thread")
+    ap.add_argument("--ntt-block-sweep", metavar="B,B,...", help="also time each NTT with 2^B elements per shared-memory block")
+    ap.add_argument("--join-sweep", metavar="S,S,...", help="also time each MSM with cut buckets of up to S chunks joined by one thread")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -384,12 +397,14 @@ def main(argv=None) -> int:
     for curve in curves:
         for log_n in (int(s) for s in args.sizes.split(",")):
             if "ntt" in ops:
-                bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows)
+                bench_ntt(backend, timer, curve, log_n, rng, cpu, args.cpu_max_log, rows,
+                          [int(b) for b in args.ntt_block_sweep.split(",")] if args.ntt_block_sweep else ())
             for group in ("g1", "g2"):
                 if f"msm_{group}" in ops:
                     bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
                               [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else (),
-                              [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else ())
+                              [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else (),
+                              [int(v) for v in args.join_sweep.split(",")] if args.join_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:

@@ -158,9 +158,10 @@ def test_fr_vectors_rejected_with_clear_errors(backend):
 
 # ------------------------------------------------------------------ NTT
 @pytest.mark.parametrize("curve", CURVES)
-@pytest.mark.parametrize("log_n,log_block", [(0, 11), (1, 11), (2, 11), (5, 11), (9, 11), (9, 3), (10, 4), (7, 2)])
+@pytest.mark.parametrize("log_n,log_block", [(0, 11), (1, 11), (2, 11), (5, 11), (9, 11), (9, 3), (10, 4), (7, 2), (13, 11), (12, 5)])
 def test_ntt_intt_coset_match_reference(kind, curve, log_n, log_block):
-    """Single-pass and (with small blocks) three-to-five-pass transforms equal the reference DFT."""
+    """Single-pass and (with small blocks) three-to-five-pass transforms equal the reference DFT; from 2^12 the bit
+    reversal swaps pairs of distinct tiles."""
     backend = make_backend(kind, ntt_log_block=log_block)
     rng = random.Random(log_n * 100 + log_block)
     r, n = curve.r, 1 << log_n
@@ -256,6 +257,25 @@ def test_msm_scan_in_tiles_and_scatter_in_stretches(backend, curve, monkeypatch)
         limbs = ints_to_limbs(scalars, 8)
         assert G.eq(backend.msm_g1(curve, resident, limbs), expected) and G.eq(backend.msm_g1(curve, host, limbs), expected)
     assert resident.table is not None and resident.graphs
+    resident.free()
+
+
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("join_span", [2, 4])
+def test_msm_cut_buckets_joined_by_one_thread_or_the_tree(backend, curve, join_span, monkeypatch):
+    """Cut buckets of at most ``join_span`` chunks summed by a thread each (msm_join_buckets, the rule from 2^22
+    entries), wider ones by the pairwise tree, in one MSM: dense scalars, and 0/1/2 ones whose bucket of 1s spans
+    many chunks; resident (a graph over a window table) and from the host."""
+    monkeypatch.setattr(backend.msm, "join_span", join_span)
+    G, n = curve.G1, 300
+    points = multiples(G, G.generator, 1, n)
+    host = bases_array(curve, "g1", points)
+    resident = backend.upload_bases(curve, "g1", host)
+    rng = random.Random(9)
+    for scalars in ([rng.randrange(curve.r) for _ in range(n)], [rng.choice((0, 1, 1, 2)) for _ in range(n)]):
+        expected = G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r)
+        limbs = ints_to_limbs(scalars, 8)
+        assert G.eq(backend.msm_g1(curve, resident, limbs), expected) and G.eq(backend.msm_g1(curve, host, limbs), expected)
     resident.free()
 
 

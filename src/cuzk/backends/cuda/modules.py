@@ -229,6 +229,13 @@ class CupyRuntime(_Modules):
         with self.device:
             self.xp.cuda.runtime.memsetAsync(arr.data.ptr, byte, arr.nbytes, self.xp.cuda.get_current_stream().ptr)
 
+    def copy(self, out, src) -> None:
+        """Contiguous device array ``src`` into ``out`` (as many bytes) on the current stream: one memcpy where CuPy's
+        ``out[...] = src`` launches a copy kernel (host time that a small MSM's graph replay waits for)."""
+        rt = self.xp.cuda.runtime
+        with self.device:
+            rt.memcpyAsync(out.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice, self.xp.cuda.get_current_stream().ptr)
+
     def capture(self, record: Callable[[], None]):
         """The launches and memsets ``record()`` queues, captured (not run) as a CUDA graph to ``replay``. They must
         neither allocate nor wait for the device; relaxed mode, so other threads' work goes on meanwhile."""
@@ -388,6 +395,10 @@ class HostRuntime(_Modules):
     @staticmethod
     def memset(arr: np.ndarray, byte: int) -> None:
         arr.reshape(-1).view(np.uint8)[:] = byte
+
+    @staticmethod
+    def copy(out: np.ndarray, src: np.ndarray) -> None:
+        np.copyto(out, src)
 
     @staticmethod
     def capture(record: Callable[[], None]) -> Callable[[], None]:

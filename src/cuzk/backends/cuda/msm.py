@@ -64,6 +64,10 @@ def window_bits(n: int, scalar_bits: int) -> int:
 # 2^16, c = 20 at 2^20), not to a thread's latency (~18 µs, ≈ 50,000 additions of the whole GPU):
 # the entries a smaller window adds cost more than the accumulation alone (sort, longer joins).
 SERIAL_OP_COST = 2_000
+# What one dependent step of the bucket reduction costs, in additions of its bit sums (msm_bit_sums adds about
+# bits·segments/2 points over the whole GPU): fitted to the log_g sweeps of GPU_NOTES v7 (fastest: 4 buckets per
+# segment at 2^16 points, 8-16 at 2^20, 32 at 2^24, where the shortest chain alone took 1, 4 and 8).
+REDUCTION_STEP_ADDS = 20_000
 MAX_TABLE_WINDOWS = 32  # msm.cu's thread-local arrays in msm_window_table
 MAX_REDUCTION_THREADS = 256
 REDUCTION_SMEM_BYTES = 48 * 1024
@@ -78,6 +82,11 @@ SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launc
 # Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
 GRAPH_MAX_POINTS = 1 << 18
+# Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
+# tree, once an MSM has this many entries (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24). Below, the
+# tree joins them all; GPU_NOTES v7's sweep found one thread per bucket faster from 2^16 points too, after its last run.
+SEQ_JOIN_SPAN = 16
+SEQ_JOIN_MIN_ENTRIES = 1 << 22
 
 
 @cache
@@ -97,14 +106,17 @@ def table_window_bits(n: int, scalar_bits: int) -> int:
 
 
 @cache
-def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
+def reduction_plan(log_buckets: int, threads: int, log_g: int | None = None) -> tuple[int, int, int]:
     """(log_g, pieces, depth) of a window-table MSM's bucket reduction over 2^log_buckets buckets: each thread of
     msm_bucket_segments sums 2^log_g buckets (at most ``MAX_SEGMENTS`` segments: their sums are two rows each),
-    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the shortest chain of
-    dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by pairwise
-    trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)."""
+    msm_bit_sums gives each bit ``pieces`` blocks of ``threads`` (at most) — the split with the least cost of its
+    chain of dependent point operations (``depth``) through them and msm_bits_combine (pieces and bits joined by
+    pairwise trees, bit b doubled b + log_g times: log_buckets - 1 doublings on the longest path whatever the split)
+    and of the bit sums' additions (``REDUCTION_STEP_ADDS`` per step of the chain; more segments, more of them).
+    ``log_g`` given: the best split with that many buckets per segment (benchmarks sweep it)."""
     best = None
-    for log_g in range(max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1), log_buckets + 1):
+    first = max(0, log_buckets - MAX_SEGMENTS.bit_length() + 1)
+    for log_g in range(first, log_buckets + 1) if log_g is None else (max(first, log_g),):
         segments = 1 << (log_buckets - log_g)
         block = min(threads, max(1, segments // 2))
         bits = log_buckets - log_g
@@ -113,9 +125,10 @@ def reduction_plan(log_buckets: int, threads: int) -> tuple[int, int, int]:
                 break
             depth = ((2 << log_g) + -(-segments // (block * pieces)) + block.bit_length() - 1 + pieces.bit_length() - 1
                      + max(0, log_buckets - 1) + bits.bit_length())
-            if best is None or depth < best[2]:
-                best = (log_g, pieces, depth)
-    return best
+            cost = depth * REDUCTION_STEP_ADDS + (bits + 2) * segments // 2
+            if best is None or cost < best[0]:
+                best = (cost, (log_g, pieces, depth))
+    return best[1]
 
 
 def point_words(curve: Curve, group: str) -> int:
@@ -150,6 +163,7 @@ class SortShape:
     chunk_len: int  # sorted entries summed by one thread
     chunks: int
     join_steps: int  # bound of the pairwise join's steps (msm_join_pieces skips those past the largest bucket's)
+    seq_span: int  # cut buckets of at most this many chunks are summed by one thread each (msm_join_buckets)
     segments_log: int  # windows: log2 of the segments per window (msm_window_segments)
     reduction: tuple[int, int, int]  # table: (log_g, pieces, block) of the bucket reduction
     level_rows: tuple[int, ...]  # rows of each reduction level's buffer
@@ -164,17 +178,19 @@ class SortShape:
 
     @classmethod
     @cache
-    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0) -> SortShape:
+    def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise aim at ≥ 2^17 threads, 8 to 32 entries each."""
+        thread, which otherwise are 32 from 2^20 entries (the sweeps of GPU_NOTES v7), MIN_CHUNK_LEN below;
+        ``seq_span`` (at least 1: the tree joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
         entries = n * windows
-        chunk_len = max(MIN_CHUNK_LEN, chunk_len or min(32, 1 << max(0, (entries >> 17).bit_length() - 1)))
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len or (32 if entries >= 1 << 20 else MIN_CHUNK_LEN))
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
+        seq_span = seq_span or (SEQ_JOIN_SPAN if entries >= SEQ_JOIN_MIN_ENTRIES else 1)
         if table:
             threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // (4 * sum_words)).bit_length() - 1)
             log_g, pieces, _ = reduction_plan(log_b, threads)
@@ -189,7 +205,7 @@ class SortShape:
                 per_window //= min(32, per_window)
                 rows.append(windows * per_window)
             levels = tuple(rows)
-        return cls(n, c, windows, table, sum_words, keys, entries, chunk_len, chunks, join_steps, segments_log, reduction, levels)
+        return cls(n, c, windows, table, sum_words, keys, entries, chunk_len, chunks, join_steps, seq_span, segments_log, reduction, levels)
 
     @property
     def work_bytes(self) -> int:
@@ -275,7 +291,8 @@ class CudaMsm:
     ``min_chunk`` (the fewest points an MSM chunk may have) is a tuning knob tests lower to
     reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
     next chunk off, ``window_tables = False`` keeps resident bases from getting window tables,
-    ``table_window = c`` sets the window of the tables built from then on (benchmarks sweep it),
+    ``table_window = c`` sets the window of the tables built from then on, ``chunk_len`` and ``join_span`` the
+    entries per accumulating thread and the widest cut bucket one thread joins (benchmarks sweep these),
     and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
     """
 
@@ -287,6 +304,7 @@ class CudaMsm:
         self.table_window: int | None = None  # the window c of tables built from now on (None: table_window_bits)
         self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
         self.chunk_len = 0  # sorted entries per accumulating thread (0: SortShape's rule; benchmarks sweep it)
+        self.join_span = 0  # widest cut bucket summed by one thread (0: SortShape's rule; 1: the tree joins all)
         self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
@@ -383,7 +401,7 @@ class CudaMsm:
         per_point = SCALAR_LIMBS * 4 + (0 if resident else buffers * point_words(curve, group) * 4)
 
         def layout(c: int, table: bool) -> int:
-            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len).work_bytes + n * per_point
+            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len, self.join_span).work_bytes + n * per_point
 
         if table_bits:
             return layout(table_bits, True)
@@ -534,7 +552,7 @@ class CudaMsm:
             if graph is None:
                 return self._msm(curve, group, bases, scalars, n, table)
             try:
-                graph.scalars[...] = self.gpu.device_view(scalars)[0]
+                self.runtime.copy(graph.scalars, self.gpu.device_view(scalars)[0])
                 self.runtime.replay(graph.graph)
                 return self._result(curve, group, graph.shape, graph.work, 0)
             finally:
@@ -553,7 +571,7 @@ class CudaMsm:
             if bases.graphs:
                 return bases.graphs.pop()
         curve, group, n = bases.curve, bases.group, bases.n
-        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len)
+        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len, self.join_span)
         reservation = self.vram.try_reserve(shape.work_bytes + n * SCALAR_LIMBS * 4,
                                             f"{curve.name} {group.upper()} MSM graph ({n} points)", evict=False)
         if reservation is None:
@@ -629,7 +647,7 @@ class CudaMsm:
         """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
         that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
         buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
-        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len)
+        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len, self.join_span)
         work = MsmWork.allocate(self.runtime, shape)
         self._phase("start")
         self._launch_msm(mod, shape, work, self.gpu.device_view(scalars)[0], points, table_stride, offset)
@@ -673,9 +691,13 @@ class CudaMsm:
         rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
                   (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
+        if sh.seq_span > 1:
+            rt.launch(mod, "msm_join_buckets", grid(keys), THREADS, (work.offsets, np.uint32(keys), np.uint32(sh.chunk_len), np.uint32(sh.seq_span),
+                                                                    work.partial_sums, work.sums))
         for step in range(sh.join_steps):
             rt.launch(mod, "msm_join_pieces", grid(sh.chunks), THREADS, (work.offsets, np.uint32(keys), work.largest, np.uint32(sh.chunk_len),
-                                                                          np.uint32(step), work.partial_keys, work.partial_sums, work.sums))
+                                                                          np.uint32(sh.seq_span), np.uint32(step), work.partial_keys,
+                                                                          work.partial_sums, work.sums))
         self._phase("partials")
         if table_stride:
             self._reduce_buckets(mod, sh, work)

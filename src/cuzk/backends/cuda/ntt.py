@@ -1,7 +1,8 @@
 """Fr vectors on a CUDA device: elementwise ops and NTTs, both from the ntt.cu module.
 
 A transform runs as shared-memory passes of ``ntt_dif_pass`` (each up to 2^log_block
-elements per block) and one ``ntt_bitrev``; the twiddle and coset-factor tables it reads are
+elements per block, the first reading the caller's device vector straight into the result's)
+and one tiled ``ntt_bitrev``; the twiddle and coset-factor tables it reads are
 computed on the device once and kept there, each holding a reservation of the VRAM budget.
 Proofs on several lanes (streams) read them at once: a table is built under the lock and
 published only once its kernels are done, and never written after. One outgrown by a larger
@@ -20,8 +21,12 @@ from ...curves import Curve
 from .device import THREADS, CudaDevice, CudaInputError, check_vector, grid
 from .vram import VramReservation
 
-NTT_LOG_BLOCK_ELEMENTS = 11  # 2^11 Fr elements (64 KiB) of shared memory per NTT block
+NTT_MAX_LOG_BLOCK = 11  # 2^11 Fr elements (64 KiB for 8 limbs) of shared memory per NTT block at most
+# 2^10 by default: 32 KiB a block lets 4 blocks (32 warps, the register limit) share an SM where 64 KiB allowed 3, and
+# 2^24 still takes three passes (GPU_NOTES v7: 7.09 against 7.31 ms at 2^24, 0.48 against 0.50 at 2^20).
+NTT_LOG_BLOCK_ELEMENTS = 10
 COSET_SPLIT = 12  # shift^i = hi[i >> 12] · lo[i mod 2^12], as ntt.cu reads it
+BITREV_TILE_LOG = 5  # ntt_bitrev swaps tiles of 2^5 x 2^5 elements (two per block: 66 KiB of shared memory for Fr of 8 limbs)
 
 
 def ntt_passes(m: int, log_block: int = NTT_LOG_BLOCK_ELEMENTS) -> list[tuple[int, int]]:
@@ -40,8 +45,8 @@ class CudaNtt:
     knob tests lower to reach the many-pass path at small sizes."""
 
     def __init__(self, gpu: CudaDevice, log_block: int = NTT_LOG_BLOCK_ELEMENTS):
-        if not 1 <= log_block <= NTT_LOG_BLOCK_ELEMENTS:
-            raise ValueError(f"ntt_log_block must be in 1..{NTT_LOG_BLOCK_ELEMENTS}, got {log_block}")
+        if not 1 <= log_block <= NTT_MAX_LOG_BLOCK:
+            raise ValueError(f"ntt_log_block must be in 1..{NTT_MAX_LOG_BLOCK}, got {log_block}")
         self.gpu = gpu
         self.runtime, self.xp, self.vram = gpu.runtime, gpu.xp, gpu.vram
         self.log_block = log_block
@@ -134,9 +139,11 @@ class CudaNtt:
 
     def _transform(self, curve: Curve, a, inverse: bool, shift: int | None, m: int):
         n = 1 << m
-        data, host = self.gpu.device_copy(a)
         if m == 0:
+            data, host = self.gpu.device_copy(a)
             return self.gpu.result(data, host)
+        src, host = self.gpu.device_view(a)
+        data = src if host else self.xp.empty_like(src)  # a host vector's upload is ours to transform in place
         mod = self.runtime.module(curve, "ntt")
         log_max, forward, backward = self._twiddle_tables(curve, m)
         if shift is not None:
@@ -151,10 +158,12 @@ class CudaNtt:
                 "ntt_dif_pass",
                 1 << (m - k - log_t),
                 min(THREADS, max(32, elements // 2)),
-                (data, backward if inverse else forward, np.uint32(m), np.uint32(s0), np.uint32(k), np.uint32(log_t),
-                 np.uint32(log_max - m), np.uint32(shift is not None and s0 == 0), hi, lo),
+                (src if s0 == 0 else data, data, backward if inverse else forward, np.uint32(m), np.uint32(s0), np.uint32(k),
+                 np.uint32(log_t), np.uint32(log_max - m), np.uint32(shift is not None and s0 == 0), hi, lo),
                 shared_bytes=elements * curve.Fr.n8,
             )
         factor = self._fr_rows(curve, [curve.Fr.to_mont(pow(n, -1, curve.r))])
-        self.runtime.launch(mod, "ntt_bitrev", grid(n), THREADS, (data, np.uint32(m), np.uint32(inverse), factor))
+        tile_log = min(BITREV_TILE_LOG, m // 2)
+        self.runtime.launch(mod, "ntt_bitrev", 1 << (m - 2 * tile_log), THREADS, (data, np.uint32(m), np.uint32(tile_log), np.uint32(inverse), factor),
+                            shared_bytes=2 * (1 << tile_log) * ((1 << tile_log) + 1) * curve.Fr.n8)
         return self.gpu.result(data, host)

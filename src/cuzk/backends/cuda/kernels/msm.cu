@@ -11,11 +11,12 @@
 //    entry, so the 0s and 1s that fill circom witnesses cost (almost) nothing. The entry
 //    count and the largest bucket stay on the device: later kernels read them, and the host
 //    sizes their grids from bounds, so an MSM is one sequence of launches without a wait.
-// 2. msm_accumulate_bases + msm_join_pieces: the sorted entries are cut into equal chunks,
-//    one per thread, so a bucket holding millions of entries (all the witness's 1s) is
-//    spread over many threads. A run of one key that is a whole bucket is written to `sums`;
-//    a bucket cut by chunk boundaries leaves one partial sum per chunk it touches, joined by
-//    a pairwise tree in log2(its span) steps, without the host looking at them.
+// 2. msm_accumulate_bases + msm_join_buckets / msm_join_pieces: the sorted entries are cut into
+//    equal chunks, one per thread, so a bucket holding millions of entries (all the witness's
+//    1s) is spread over many threads. A run of one key that is a whole bucket is written to
+//    `sums`; a bucket cut by chunk boundaries leaves one partial sum per chunk it touches,
+//    added in order by one thread of its own when it touches few chunks, else joined by a
+//    pairwise tree in log2(its span) steps, without the host looking at them.
 // 3. msm_window_segments + msm_sum_runs: each window's sum Σ_b b·S_b, by running sums
 //    over segments of buckets, the segments combined in parallel.
 // 4. msm_horner: Σ_w 2^(c·w)·W_w.
@@ -316,9 +317,12 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
 // sums[k]. The host launches steps for a bound of that span; the steps past the last do nothing.
 // (A fan-in of 4 halves the steps but idles three lanes in four while the fourth adds three
 // times: at 2^24 it took 20.6 ms against this one's 13.3, GPU_NOTES v5.)
-CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* largest, u32 chunk_len, u32 step,
+// Buckets of at most `seq_span` chunks are msm_join_buckets' (the tree takes only wider ones, and none at all
+// when the largest bucket is not wider).
+CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* largest, u32 chunk_len, u32 seq_span, u32 step,
                                  const u32* partial_keys, Sum* partial_sums, Sum* sums) {
     const u64 span = ((u64)largest[0] + 2 * (u64)chunk_len - 2) / chunk_len;  // the most chunks one bucket touches
+    if (span <= seq_span) return;
     u32 steps = 1;
     while ((1ull << steps) < span) steps++;
     if (step >= steps) return;  // the whole launch: a step past the largest bucket's
@@ -331,6 +335,7 @@ CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* 
             const u32 k = partial_keys[2 * j + slot];
             if (k == NO_KEY) continue;
             const u64 j0 = offsets[k] / chunk_len, j1 = (offsets[k + 1] - 1) / chunk_len;
+            if (j1 - j0 < seq_span) continue;
             const u64 i = j - j0;
             if (i % (2 * (u64)half) != 0) continue;
             Sum acc = partial_sums[2 * j + slot];
@@ -340,6 +345,24 @@ CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* 
             }
             if (last && i == 0) sums[k] = acc;
         }
+    }
+}
+
+// Bucket k, cut by chunk boundaries into at most `seq_span` pieces (chunks j0 .. j1), summed by thread k in
+// order: piece 0 is chunk j0's slot-1 partial sum, the others the slot-0 ones of the chunks after it. Where
+// buckets hold a few chunks each (dense scalars at large n) this is one launch with every lane adding, where
+// the tree's steps left most lanes idle (its 13 ms at 2^24 were ~4x the additions' cost, GPU_NOTES v5).
+CUZK_KERNEL void msm_join_buckets(const u32* offsets, u32 keys_total, u32 chunk_len, u32 seq_span, const Sum* partial_sums, Sum* sums) {
+    CUZK_THREADS(tid) {
+        const u64 k = CUZK_GLOBAL_INDEX(tid);
+        if (k >= keys_total) continue;
+        const u64 first = offsets[k], stop = offsets[k + 1];
+        if (first == stop) continue;
+        const u64 j0 = first / chunk_len, j1 = (stop - 1) / chunk_len;
+        if (j0 == j1 || j1 - j0 >= seq_span) continue;
+        Sum acc = partial_sums[2 * j0 + 1];
+        for (u64 j = j0 + 1; j <= j1; j++) acc = acc.add(partial_sums[2 * j]);
+        sums[k] = acc;
     }
 }
 
