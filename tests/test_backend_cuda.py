@@ -413,6 +413,30 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     assert backend.vram.reserved_bytes == 0
 
 
+def test_idle_window_table_gives_way_to_an_msm_that_cannot_otherwise_run(kind):
+    """A window table built in room that was spare then is a cache: an MSM whose smallest chunk does not fit beside it
+    evicts it (resident bases stay) instead of failing, and the result is right."""
+    curve, G = BN254, BN254.G1
+    rng = random.Random(21)
+    points = random_points(curve, "g1", 128, rng)
+    scalars = [rng.randrange(curve.r) for _ in range(128)]
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 24), min_msm_chunk=8)
+    backend.msm.graphs = False
+    host = bases_array(curve, "g1", points)
+    resident = backend.upload_bases(curve, "g1", host)
+    assert G.eq(msm(backend, curve, "g1", resident, ints_to_limbs(scalars, 8)), G.msm(points, scalars))
+    table = backend.msm.table_bytes(curve, "g1", 128)
+    assert resident.table is not None and backend.msm.idle_bytes() == table
+    smallest = backend.msm.working_bytes(curve, "g1", 8, buffers=2)
+    assert smallest < table
+    blocker = backend.vram.reserve(backend.vram.available_bytes - smallest // 2, "test: room for half a chunk, a table idle")
+    assert G.eq(msm(backend, curve, "g1", host, ints_to_limbs(scalars, 8)), G.msm(points, scalars))
+    assert resident.table is None and resident.nbytes == host.nbytes  # the table went; the bases stayed
+    blocker.release()
+    resident.free()
+    assert backend.vram.reserved_bytes == 0
+
+
 def test_upload_key_makes_every_msm_base_resident(kind):
     from conftest import corpus_dir
     from cuzk.formats.zkey import read_zkey

@@ -423,7 +423,8 @@ class CudaMsm:
         working set if it fits, idle resident keys evicted for it;
         else halves the chunk until its working set (scalars, sorted entries, bucket sums,
         partial sums, and two chunks of bases unless resident: one computing, one uploading)
-        fits in what is free, evicting nothing. When even ``min_chunk`` points do not fit, it
+        fits in what is free, evicting no resident key: when not even ``min_chunk`` points fit, idle
+        graphs and window tables (this module's caches) give way first. When they still do not fit, it
         waits for another MSM on the device (another lane's) to give its working set back and
         plans again; VramExhaustedError when no other MSM holds any. Each try reserves or fails
         under the budget's lock, so concurrent MSMs never plan with the same free bytes.
@@ -446,6 +447,18 @@ class CudaMsm:
         whole = self.vram.try_reserve(self.working_bytes(curve, group, n, resident, table_bits=table_bits), what, transient=True)
         if whole is not None:
             return MsmPlan(n, whole)
+        plan = self._largest_chunk(curve, group, n, resident, what, table_bits)
+        if plan is None:
+            # Not even the smallest chunk fits beside this module's idle caches (graphs, other bases' window tables,
+            # perhaps built in room that was spare then): they give way, resident keys keep theirs.
+            smallest = min(n, self.min_chunk)
+            need = self.working_bytes(curve, group, smallest, resident, 1 if smallest == n else 2, table_bits)
+            if self.evict_idle(need - self.vram.available_bytes):
+                plan = self._largest_chunk(curve, group, n, resident, what, table_bits)
+        return plan
+
+    def _largest_chunk(self, curve: Curve, group: str, n: int, resident: bool, what: str, table_bits: int) -> MsmPlan | None:
+        """The largest chunk (halving down to ``min_chunk``) whose working set fits in what is free, reserved."""
         chunk = min(n, (1 << 31) // 32)
         while True:
             need = self.working_bytes(curve, group, chunk, resident, 1 if chunk == n else 2, table_bits)
