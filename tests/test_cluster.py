@@ -7,8 +7,8 @@ restarted, and last a node removed mid-run (the cluster has two nodes after it).
 talk to the front door through ``cuzk.client`` exactly as to a daemon; every proof it
 returns is checked by snarkjs.
 
-Every host engine runs a small budget (40 MiB after the plan's margin, no reconciler, no
-learned peaks) so the largest circuit can never fit there while the small ones do.
+Every host engine runs a small budget (40 MiB after the plan's margin, less the front door's witness budget on its
+own node; no reconciler, no learned peaks) so the largest circuit can never fit there while the small ones do.
 """
 
 from __future__ import annotations
@@ -149,6 +149,9 @@ def test_mixed_curves_across_the_hosts_every_proof_accepted_by_snarkjs(front_doo
                      str(tmp_path / "cli-proof.json"), str(tmp_path / "cli-public.json")]) == 0
     assert snarkjs_verify(bls.vkey, tmp_path / "cli-public.json", tmp_path / "cli-proof.json")
     assert len(status["hosts"]) == 3 and all("error" not in h for h in status["hosts"])
+    # The front door's witness budget comes out of the host engine's on its own node: one host plans less by it.
+    door, totals = status["witness_budget"]["total_bytes"], sorted(h["budget"]["total_bytes"] for h in status["hosts"])
+    assert door > 0 and totals[0] + door <= totals[1] == totals[2]
     assert {h["routing"]["slots"] for h in status["hosts"]} == {2}  # CPU engines: one synthesis, one proof each
     console = Console(record=True, width=240)
     console.print(*render_status(status, []))  # what `cuzk status` and each frame of `cuzk top` show

@@ -55,6 +55,7 @@ from .routing import NoHost, Route, Wait, route
 from .status import merged_status
 
 WARM_UP_TIMEOUT_S = 900.0  # a host compiling numba's kernels cold takes minutes
+WITNESS_SHARE = 8  # without [engine] witness_budget_bytes, the front door's witness budget is 1/8 of its node's
 
 log = logging.getLogger("cuzk.cluster")
 
@@ -76,7 +77,18 @@ class ClusterEngine(TrackedJobs):
         self.refresh_s = refresh_s
         self._changed = threading.Condition()  # a host's view changed: a waiting job may fit now
         self._version = 0
-        self.hosts = HostTable(self.data_dir, self.engine_settings, self._changed_views)
+        # Witnesses from input JSON are calculated here, for keys registered with their .wasm (the hosts get witnesses,
+        # as from any client), each calculation reserving in a budget of the front door's own. That budget comes out
+        # of the host engine's on this node: both plan against the same machine's limit.
+        plan = plan_budget(read_limits(), self.config.budget_bytes, trust_configured=self.config.budget_over_limit)
+        witness_bytes = self.config.witness_budget_bytes or plan.total_bytes // WITNESS_SHARE
+        if witness_bytes >= plan.total_bytes:
+            raise ValueError(f"[engine] witness_budget_bytes = {witness_bytes} leaves nothing of this node's "
+                             f"{plan.total_bytes}-byte budget for its host engine")
+        self.witness_budget = MemoryBudget(witness_bytes, name="front door witnesses")
+        self.witnesses = WitnessCalculators(self.witness_budget, self.config.witness_workers)
+        self.hosts = HostTable(self.data_dir, self.engine_settings, self._changed_views,
+                               here={"budget_bytes": plan.ceiling_bytes - witness_bytes})
         self.keys = ClusterKeys(self.hosts.statuses)
         self._placed: dict[str, str] = {}  # job id → the host running it
         self._witnesses: dict[str, ray.ObjectRef] = {}  # job id → its witness in Ray's object store
@@ -87,9 +99,6 @@ class ClusterEngine(TrackedJobs):
         self._pending: Scheduler[LiveJob] = Scheduler()
         self._dispatcher: threading.Thread | None = None
         self._started = self._stopping = False
-        # Witnesses from input JSON are calculated here, for keys registered with their .wasm, each reserving its
-        # calculation in a budget of this host's own (the hosts get witnesses, as from any client).
-        self.witnesses = WitnessCalculators(MemoryBudget(plan_budget(read_limits()).total_bytes), self.config.witness_workers)
         saved = self.journal.saved_keys()
         for name, path in {**self.config.keys, **(keys or {})}.items():
             saved[name] = (path, self.config.r1cs.get(name), self.config.wasm.get(name))
@@ -429,6 +438,7 @@ class ClusterEngine(TrackedJobs):
         return {
             "running": self._started and not self._stopping,
             **merged,
+            "witness_budget": self.witness_budget.snapshot(),  # the front door's own, beside the hosts' budgets
             "reconciler": None,
             "runtime": None,
             "jobs": {

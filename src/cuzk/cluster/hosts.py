@@ -50,10 +50,13 @@ def first_line(exc: BaseException) -> str:
 
 
 class HostTable:
-    def __init__(self, data_dir: Path, engine_settings: dict[str, Any], on_change: Callable[[], None]):
-        """``on_change``: called after any host's view changed or a host came or went (a waiting job may fit now)."""
+    def __init__(self, data_dir: Path, engine_settings: dict[str, Any], on_change: Callable[[], None],
+                 here: dict[str, Any] | None = None):
+        """``on_change``: called after any host's view changed or a host came or went (a waiting job may fit now);
+        ``here``: settings over ``engine_settings`` for the host on this process's own Ray node."""
         self.data_dir = data_dir
         self.engine_settings = engine_settings
+        self.here = here or {}
         self._on_change = on_change
         self._hosts: dict[str, Host] = {}  # host name → host
         self._lock = threading.Lock()  # _hosts, and each host's view and unconfirmed count
@@ -80,11 +83,13 @@ class HostTable:
             if host.node_id not in nodes:
                 self.lost(host, "its Ray node is gone")
         known = {h.node_id for h in hosts}
+        local = ray.get_runtime_context().get_node_id()
         starting = [(node_id, ray.remote(HostEngine).options(
             name=f"cuzk-host-{node_id}-{self._suffix}", namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
             max_concurrency=ACTOR_THREADS, max_restarts=0, num_cpus=0, num_gpus=node["Resources"].get("GPU", 0),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        ).remote(node_id, str(self.data_dir), self.engine_settings)) for node_id, node in nodes.items() if node_id not in known]
+        ).remote(node_id, str(self.data_dir), {**self.engine_settings, **(self.here if node_id == local else {})}))
+            for node_id, node in nodes.items() if node_id not in known]
         joined = []
         for node_id, actor in starting:
             try:

@@ -45,6 +45,10 @@ class EngineConfig:
     r1cs: dict[str, str] = field(default_factory=dict)  # name → .r1cs path (optional satisfaction check)
     wasm: dict[str, str] = field(default_factory=dict)  # name → circom .wasm: the key takes input JSON, the daemon calculates the witness
     witness_workers: int = 2  # threads calculating witnesses from input JSON (each runs its own instance of a circuit's .wasm)
+    # A cluster front door's memory for those calculations, taken out of the budget of the host engine on its own node
+    # so the two never plan the same memory (None: an eighth of that node's budget). A daemon's engine calculates them
+    # inside its own budget.
+    witness_budget_bytes: int | None = None
     reconcile: bool = True  # run the memory reconciler on an engine-made budget
     measure_peaks: bool = True
     heartbeat: bool = False  # write <data_dir>/run/engine-state.json for the supervisor
@@ -54,6 +58,8 @@ class EngineConfig:
         self.data_dir = Path(self.data_dir)
         if isinstance(self.witness_workers, bool) or not isinstance(self.witness_workers, int) or self.witness_workers < 1:
             raise ValueError(f"witness_workers must be a whole number of at least 1, got {self.witness_workers!r}")
+        if self.witness_budget_bytes is not None and self.witness_budget_bytes <= 0:
+            raise ValueError(f"witness_budget_bytes must be positive, got {self.witness_budget_bytes}")
         for name in ("synth_workers", "proofs_per_device"):
             value = getattr(self, name)
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
