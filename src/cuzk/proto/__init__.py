@@ -7,12 +7,9 @@ neither list is typed a second time; tests/test_proto.py checks that every name 
 
 from __future__ import annotations
 
+from ..client_base import WITNESS_PATH_REFUSED  # noqa: F401 (the server's refusals open with it, on every transport)
 from ..engine.jobs import JobError, JobState, Priority
 from . import cuzk_pb2 as pb
-
-# Opens the daemon's refusal of a SubmitProofRequest.witness_path (a TCP listener, the setting off, a file it
-# cannot open), so that a client can tell it apart and send the witness bytes instead.
-WITNESS_PATH_REFUSED = "witness_path refused"
 
 
 def priority_to_pb(priority: Priority | int | str) -> int:

@@ -111,6 +111,22 @@ def _client(args: argparse.Namespace, *, wait: bool = True):
                   on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
 
 
+def _prove_client(args: argparse.Namespace, *, wait: bool):
+    """The client ``cuzk prove --daemon`` proves with: on a unix socket whose daemon serves its local HTTP socket,
+    ``LocalHttpClient`` (no grpc import, the largest part of a one-shot call on a small circuit), else ``_client``'s."""
+    from ..config import client_target
+
+    address, _ = client_target(args.daemon, args.config)
+    if address.startswith("unix:"):
+        from ..local_client import LocalHttpClient
+
+        local = LocalHttpClient(address, restart_grace=60.0 if wait else 0.0,
+                                on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
+        if local.available:
+            return local
+    return _client(args, wait=wait)
+
+
 def _add_client_options(p: argparse.ArgumentParser,
                         daemon_help: str = "daemon address: unix:PATH, a socket path, or HOST:PORT "
                                            "(default: $CUZK_DAEMON, else the config)") -> None:
@@ -131,7 +147,7 @@ def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None, *,
     calculated here, comes as ``witness``); the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _client(args, wait=wait) as client:  # a local daemon reads a witness file itself
+    with _prove_client(args, wait=wait) as client:  # a local daemon reads a witness file itself
         result = client.prove(args.zkey, Path(args.wtns) if witness is None else witness, priority=args.priority,
                               timeout=args.timeout)
     result.write(args.proof, args.public)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..keys.errors import KeyInUseError, UnknownKeyError
 from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
+from .key_paths import KeyPaths
 
 log = logging.getLogger("cuzk.server")
 
@@ -82,13 +82,13 @@ class CuzkService(pb_grpc.CuzkServicer):
         self.engine = engine
         self._status = status
         self._metrics_text = metrics_text
-        self._register_lock = threading.Lock()
+        self.key_paths = KeyPaths(engine)
         self.witness_paths = witness_paths
 
     def without_witness_paths(self) -> CuzkService:
         """This service for the TCP listeners: a remote client's path names nothing here, and reading files
         for it would lend it the daemon's own file access."""
-        view = copy.copy(self)  # shares the engine and the registration lock
+        view = copy.copy(self)  # shares the engine and its key paths
         view.witness_paths = False
         return view
 
@@ -99,18 +99,7 @@ class CuzkService(pb_grpc.CuzkServicer):
         if kind == "name":
             return ref.name
         if kind == "path":
-            path = Path(ref.path).resolve()
-            name = str(path)
-            with self._register_lock:
-                if name not in self.engine.keys.names():
-                    if not path.is_file():
-                        raise FileNotFoundError(f"no proving key file {path} on the daemon's machine")
-                    try:
-                        self.engine.register_key(name, path)
-                    except OSError as exc:  # the caller's path: unreadable there is the request's problem
-                        raise JobError(f"cannot read the proving key {path} on the daemon's machine: "
-                                       f"{exc.strerror or exc}") from None
-            return name
+            return self.key_paths.name_for(ref.path)
         raise JobError("the request names no key: set key.name or key.path")
 
     def _key_entry(self, name: str) -> dict[str, Any]:
