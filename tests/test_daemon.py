@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -609,9 +610,7 @@ def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(da
                  lambda c: c.prove(tmp_path / "missing.zkey", toy.witness_bytes()),  # no key file there
                  lambda c: c.prove(toy.name, b"not a witness at all" * 10),  # not a .wtns
                  lambda c: c.prove(toy.name, tmp_path / "none.wtns")):  # checked here, before anything is sent
-        grpc_error, local_error = both(call)
-        assert (type(local_error), str(local_error), getattr(local_error, "code", None)) == \
-               (type(grpc_error), str(grpc_error), getattr(grpc_error, "code", None))
+        assert len({(type(e), re.sub("[0-9a-f]{32}", "<job>", str(e)), getattr(e, "code", None)) for e in both(call)}) == 1
     grpc_error, local_error = both(lambda c: c.prove(toy.name, medium.witness))  # another circuit's witness, by path
     assert local_error.code == grpc_error.code and str(local_error) == str(grpc_error)
 

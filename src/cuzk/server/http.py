@@ -50,7 +50,7 @@ class _QuietUnixServer(socketserver.ThreadingUnixStreamServer):
         path = self.server_address
         if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):
             os.unlink(path)
-        old_umask = os.umask(0o077)
+        old_umask = os.umask(0o177)
         try:
             super().server_bind()
         finally:
