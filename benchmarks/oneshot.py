@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere, as tests/conftest.py
 RAPIDSNARK = Path(os.environ.get("RAPIDSNARK") or REPO.parent / "shared" / "peers" / "rapidsnark")
 sys.path.insert(0, str(REPO / "src"))  # this checkout's cuzk, here as in the provers it starts
 

@@ -591,10 +591,12 @@ def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(da
     before = len(client.list_jobs())
     by_path = local.prove(toy.zkey, toy.witness, priority="high")  # the witness goes as its path, taken
     assert local.sends_witness_paths and {"msm", "verify"} <= set(by_path.timings)
-    by_name = local.prove(medium.name, medium.witness_bytes())
+    by_name = local.prove(medium.name, medium.witness_bytes(), priority="low", request_id="local-1")  # the bytes
     check_proofs([(by_path, toy), (by_name, medium)], tmp_path)
     jobs = {j.job_id: j for j in client.list_jobs()}
-    assert len(jobs) == before + 2 and jobs[by_path.job_id].priority == "HIGH"
+    assert len(jobs) == before + 2 and jobs[by_path.job_id].priority == "HIGH" and jobs[by_name.job_id].priority == "LOW"
+    assert jobs[by_name.job_id].request_id == "local-1" and local.prove(medium.name, medium.witness_bytes(),
+                                                                         request_id="local-1").job_id == by_name.job_id
     assert jobs[by_path.job_id].circuit == str(toy.zkey.resolve())  # registered under its path, as over gRPC
 
     def both(call):

@@ -34,7 +34,7 @@ from typing import Any, Callable, TypeVar
 
 import grpc
 
-from .client_base import (  # noqa: F401 (the client's errors and results, importable from here as before)
+from .client_base import (
     WITNESS_PATH_REFUSED,
     AwaitTimeout,
     ClientBase,
@@ -54,6 +54,9 @@ from .engine.jobs import JobState, Priority
 from .proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from .proto import cuzk_pb2 as pb
 from .proto import cuzk_pb2_grpc as pb_grpc
+
+__all__ = ["Client", "key_ref", "AwaitTimeout", "DaemonError", "DaemonUnavailable", "JobCancelled", "JobFailed", "JobInfo",
+           "ProofResult", "RequestTooLarge", "WITNESS_PATH_REFUSED"]  # the errors and results: client_base's, named here too
 
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20

@@ -15,7 +15,6 @@ import http.client
 import json
 import os
 import socket
-import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -78,7 +77,7 @@ class LocalHttpClient(ClientBase):
     def prove(self, key: str | os.PathLike, witness: Witness, *, priority: str = "normal", request_id: str | None = None,
               timeout: float | None = None) -> ProofResult:
         """Submit and wait in one request, as ``Client.prove``; retried across a daemon restart, never proving twice."""
-        request_id = request_id or f"prove-{uuid.uuid4().hex}"
+        request_id = request_id or f"prove-{os.urandom(16).hex()}"  # as Client.prove's (uuid's import costs ~2 ms)
         key_text = str(Path(key).absolute()) if is_key_path(key) else os.fspath(key)
         url = PROVE_PATH + quote(key_text, safe="")
 
