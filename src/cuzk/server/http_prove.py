@@ -19,8 +19,8 @@ witness file instead of carrying it: ``{"witness_path": ..., "witness_identity":
 Status codes: 400 the request's own fault (bad JSON, input the circuit rejects, a witness of
 another circuit, a job that failed on its witness), 401 no or wrong token, 403 proving over
 HTTP is off, 404 unknown key, 409 the job was cancelled, 411/413 body length missing or over
-``max_request``, 412 a witness path refused (the client sends the bytes instead), 503 the daemon is shutting down, 504 not done within the timeout (the job
-keeps running), 507 the job could never fit in the memory budget, 500 an internal error.
+``max_request``, 412 a witness path refused (the client sends the bytes instead), 503 the
+daemon is shutting down, 504 not done within the timeout (the job keeps running), 507 the job could never fit in the memory budget, 500 an internal error.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from ..formats.json_io import dumps_like_snarkjs
 from ..keys.errors import UnknownKeyError
 from ..witness import parse_input_json
 from .auth import bearer_matches
-from .key_paths import KeyPaths
+from .local_paths import KeyPaths, submit_witness_path
 
 log = logging.getLogger("cuzk.http")
 
@@ -121,21 +121,14 @@ class HttpProver:
                 raise JobError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
                                "application/octet-stream)")
             return self.engine.submit_input(key, request["input"], priority, request_id)
-        path, identity = request["witness_path"], request.get("witness_identity")
-        if not self.witness_paths:
-            raise WitnessFileError(f"{WITNESS_PATH_REFUSED} on this listener (the daemon's witness_paths setting is "
-                                   "false): send the witness bytes")
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {path!r} is not an absolute path")
+        identity = request.get("witness_identity")
         try:
             identity = None if identity is None else FileIdentity(**{f: int(identity[f]) for f in FileIdentity._fields})
         except (TypeError, KeyError, ValueError):
             raise JobError(f"request body: witness_identity takes {', '.join(FileIdentity._fields)}, "
                            f"got {identity!r}") from None
-        try:
-            return self.engine.submit(key, path, priority, request_id, witness_identity=identity)
-        except WitnessFileError as exc:
-            raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
+        return submit_witness_path(self.engine, key, request["witness_path"], identity, priority, request_id,
+                                   paths_taken=self.witness_paths)
 
 
 def _json_request(body: bytes, known: tuple[str, ...]) -> dict[str, Any]:

@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -23,10 +22,10 @@ from ..engine.jobs import JobError, JobRecord, UnknownJobError
 from ..engine.journal import RequestIdConflict
 from ..engine.tracker import REQUEST_ERRORS
 from ..keys.errors import KeyInUseError, UnknownKeyError
-from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
+from ..proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
-from .key_paths import KeyPaths
+from .local_paths import KeyPaths, submit_witness_path
 
 log = logging.getLogger("cuzk.server")
 
@@ -120,24 +119,17 @@ class CuzkService(pb_grpc.CuzkServicer):
                                               request.request_id or None)
             return job_id, bool(request.request_id) and self.engine.get(job_id).submitted_at < started
         if source == "witness_path":
-            witness = request.witness_path
             if request.HasField("witness_identity"):
                 i = request.witness_identity
                 identity = FileIdentity(i.device, i.inode, i.size, i.mtime_ns)
-            if not self.witness_paths:
-                raise WitnessFileError(f"{WITNESS_PATH_REFUSED} on this listener (paths are taken on the daemon's unix socket "
-                                       "only, and only while its witness_paths setting is true): send the witness bytes")
-            if not Path(witness).is_absolute():
-                raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {witness!r} is not an absolute path")
+            job_id = submit_witness_path(self.engine, circuit, request.witness_path, identity,
+                                         priority_from_pb(request.priority), request.request_id or None,
+                                         paths_taken=self.witness_paths)
         else:
             witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
             if not witness:
                 raise JobError("the request carries no witness (.wtns bytes, witness_path or input_json)")
-        try:
-            job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None,
-                                        witness_identity=identity)
-        except WitnessFileError as exc:
-            raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
+            job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None)
         deduplicated = bool(request.request_id) and self.engine.get(job_id).submitted_at < started
         return job_id, deduplicated
 
