@@ -33,7 +33,8 @@ from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, Jo
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
 from cuzk.engine.jobs import JobError
-from cuzk.proto import WITNESS_PATH_REFUSED, priority_from_pb
+from cuzk.client_base import WITNESS_PATH_REFUSED
+from cuzk.proto import priority_from_pb
 from cuzk.proto import cuzk_pb2 as pb
 from cuzk.proto import cuzk_pb2_grpc as pb_grpc
 from cuzk.server.http_prove import answer_for

@@ -35,7 +35,6 @@ from typing import Any, Callable, TypeVar
 import grpc
 
 from .client_base import (
-    WITNESS_PATH_REFUSED,
     AwaitTimeout,
     ClientBase,
     DaemonError,
@@ -56,7 +55,7 @@ from .proto import cuzk_pb2 as pb
 from .proto import cuzk_pb2_grpc as pb_grpc
 
 __all__ = ["Client", "key_ref", "AwaitTimeout", "DaemonError", "DaemonUnavailable", "JobCancelled", "JobFailed", "JobInfo",
-           "ProofResult", "RequestTooLarge", "WITNESS_PATH_REFUSED"]  # the errors and results: client_base's, named here too
+           "ProofResult", "RequestTooLarge"]  # the errors and results: client_base's, named here too
 
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20

@@ -7,7 +7,6 @@ neither list is typed a second time; tests/test_proto.py checks that every name 
 
 from __future__ import annotations
 
-from ..client_base import WITNESS_PATH_REFUSED  # noqa: F401 (the server's refusals open with it, on every transport)
 from ..engine.jobs import JobError, JobState, Priority
 from . import cuzk_pb2 as pb
 
