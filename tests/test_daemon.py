@@ -588,6 +588,7 @@ def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(da
     toy, medium = circuits["small"], circuits["medium"]
     local = LocalHttpClient(f"unix:{daemon.socket}", restart_grace=0.0)
     assert local.available and local.address == f"unix:{local_http_socket(daemon.socket)}"
+    assert daemon.info["local_http"] == client.status()["server"]["local_http"] == local.address  # where tools find it
     assert oct(os.stat(local.address[5:]).st_mode & 0o777) == "0o600"  # the socket file's permissions guard it
     before = len(client.list_jobs())
     by_path = local.prove(toy.zkey, toy.witness, priority="high")  # the witness goes as its path, taken

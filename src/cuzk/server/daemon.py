@@ -139,6 +139,7 @@ class Daemon:
             "server": {"version": __version__, "state": self.state, "warmup": dict(self.warmup),
                        "pid": os.getpid(), "started_at": self.started_at,
                        "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
+                       "local_http": self._local_http.address if self._local_http else None,
                        "max_request_bytes": self.config.max_request},
         }
 
@@ -154,7 +155,7 @@ class Daemon:
         threading.Thread(target=self._warm_up, name="cuzk-warmup", daemon=True).start()
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
-            "started_at": self.started_at})
+            "local_http": self._local_http.address if self._local_http else None, "started_at": self.started_at})
         log.info("cuzk daemon %s serving on %s%s", __version__, ", ".join(self.config.listen_addresses()),
                  f"; HTTP on {self._http.address}" if self._http else "")
         return self
