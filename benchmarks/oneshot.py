@@ -8,8 +8,8 @@ static rapidsnark build in ../shared/peers (or $RAPIDSNARK; without one only cuz
 shown). Each round runs the provers back to back on one circuit, so all see the same load on a
 shared machine: rapidsnark, `cuzk prove --local` (a fresh process that imports numba, loads its
 cached kernels and reads the key) and, unless --no-daemon, the same plain `cuzk prove` command
-line while a local `cuzk daemon` runs (the process only imports the gRPC client; the daemon has
-the kernels loaded and the key resident). The table shows medians and the ratios cuzk ÷
+line while a local `cuzk daemon` runs (the process only imports the client of the daemon's
+local HTTP socket; the daemon has the kernels loaded and the key resident). The table shows medians and the ratios cuzk ÷
 rapidsnark (below 1: cuzk is faster), and splits the local run's wall time into cuzk's own
 phase timings (`--verbose`) and the rest: interpreter start-up, imports, numba's cache loads.
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere, as tests/conftest.py
 RAPIDSNARK = Path(os.environ.get("RAPIDSNARK") or REPO.parent / "shared" / "peers" / "rapidsnark")
 sys.path.insert(0, str(REPO / "src"))  # this checkout's cuzk, here as in the provers it starts
 

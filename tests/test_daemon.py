@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -32,7 +33,8 @@ from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, Jo
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
 from cuzk.engine.jobs import JobError
-from cuzk.proto import WITNESS_PATH_REFUSED, priority_from_pb
+from cuzk.client_base import WITNESS_PATH_REFUSED
+from cuzk.proto import priority_from_pb
 from cuzk.proto import cuzk_pb2 as pb
 from cuzk.proto import cuzk_pb2_grpc as pb_grpc
 from cuzk.server.http_prove import answer_for
@@ -352,12 +354,12 @@ def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, cl
 
 
 def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client, circuits, tmp_path):
-    """The client side of `cuzk prove` loads neither numpy nor numba nor the prover: a one-shot call through a daemon
-    pays Python's start-up and gRPC's, not the JIT's."""
+    """The client side of `cuzk prove` loads neither numpy nor numba nor the prover, nor (through the local HTTP
+    socket) grpc or protobuf: a one-shot call through a daemon pays Python's start-up, not the JIT's or gRPC's."""
     toy = circuits["small"]
     proof, public = tmp_path / "proof.json", tmp_path / "public.json"
     script = ("import sys\nfrom cuzk.cli import main\ncode = main(sys.argv[1:])\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite')\n"
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite', 'grpc', 'google')\n"
               "             or m.startswith(('cuzk.prover', 'cuzk.backends', 'cuzk.formats', 'cuzk.engine.core'))))\n"
               "sys.exit(code)")
     before = len(client.list_jobs())
@@ -546,7 +548,7 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
     # The daemon's refusals, as a raw request gets them.
     def raw_submit(c: Client, witness_path: str, identity: pb.FileIdentity | None = None):
         request = pb.SubmitProofRequest(key=pb.KeyRef(name=toy.name), witness_path=witness_path, witness_identity=identity)
-        return c._call(c._stub.SubmitProof, request, timeout=30, retry=False)
+        return c._rpc(c._stub.SubmitProof, request, timeout=30, retry=False)
 
     with pytest.raises(DaemonError, match=f"^{WITNESS_PATH_REFUSED}: 'w.wtns' is not an absolute path") as info:
         raw_submit(client, "w.wtns")
@@ -576,6 +578,62 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
         result = remote.prove(toy.name, toy.witness, timeout=120)
         assert not remote.sends_witness_paths
     check_proof(result, toy, tmp_path)
+
+
+def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(daemon, client, circuits, tmp_path):
+    """``LocalHttpClient`` (what `cuzk prove` uses on a local daemon) on the daemon's local HTTP socket: key and witness
+    by path or by name and bytes, proofs snarkjs accepts, and each error the gRPC client's, message and code alike."""
+    from cuzk.local_client import LocalHttpClient, local_http_socket
+
+    toy, medium = circuits["small"], circuits["medium"]
+    local = LocalHttpClient(f"unix:{daemon.socket}", restart_grace=0.0)
+    assert local.available and local.address == f"unix:{local_http_socket(daemon.socket)}"
+    assert daemon.info["local_http"] == client.status()["server"]["local_http"] == local.address  # where tools find it
+    assert oct(os.stat(local.address[5:]).st_mode & 0o777) == "0o600"  # the socket file's permissions guard it
+    before = len(client.list_jobs())
+    by_path = local.prove(toy.zkey, toy.witness, priority="high")  # the witness goes as its path, taken
+    assert local.sends_witness_paths and {"msm", "verify"} <= set(by_path.timings)
+    by_name = local.prove(medium.name, medium.witness_bytes(), priority="low", request_id="local-1")  # the bytes
+    check_proofs([(by_path, toy), (by_name, medium)], tmp_path)
+    jobs = {j.job_id: j for j in client.list_jobs()}
+    assert len(jobs) == before + 2 and jobs[by_path.job_id].priority == "HIGH" and jobs[by_name.job_id].priority == "LOW"
+    assert jobs[by_name.job_id].request_id == "local-1" and local.prove(medium.name, medium.witness_bytes(),
+                                                                         request_id="local-1").job_id == by_name.job_id
+    assert jobs[by_path.job_id].circuit == str(toy.zkey.resolve())  # registered under its path, as over gRPC
+
+    def both(call):
+        """The gRPC client's and the local client's error for the same call."""
+        errors = []
+        for c in (client, local):
+            with pytest.raises((DaemonError, FileNotFoundError)) as info:
+                call(c)
+            errors.append(info.value)
+        return errors
+
+    for call in (lambda c: c.prove("nope", toy.witness_bytes()),  # unknown key
+                 lambda c: c.prove(tmp_path / "missing.zkey", toy.witness_bytes()),  # no key file there
+                 lambda c: c.prove(toy.name, b"not a witness at all" * 10),  # not a .wtns
+                 lambda c: c.prove(toy.name, tmp_path / "none.wtns")):  # checked here, before anything is sent
+        assert len({(type(e), re.sub("[0-9a-f]{32}", "<job>", str(e)), getattr(e, "code", None)) for e in both(call)}) == 1
+    grpc_error, local_error = both(lambda c: c.prove(toy.name, medium.witness))  # another circuit's witness, by path
+    assert local_error.code == grpc_error.code and str(local_error) == str(grpc_error)
+
+    # A refused witness path (the client saw another file there): the bytes are sent instead, from then on.
+    with_identity = local._with_witness
+    local._with_witness = lambda witness, input, send: with_identity(witness, input, lambda fields: send(
+        {**fields, "witness_identity": (0, 0, 0, 0)} if "witness_path" in fields else fields))
+    resent = local.prove(toy.name, toy.witness)
+    assert not local.sends_witness_paths and resent.public_signals == toy.public
+
+    # No daemon: no local socket (the CLI then asks gRPC), or a socket file nobody listens on (fails after the grace).
+    assert not LocalHttpClient(f"unix:{tmp_path}/none.sock").available
+    with socket.socket(socket.AF_UNIX) as gone:
+        gone.bind(local_http_socket(tmp_path / "gone.sock"))
+        waits = []
+        nobody = LocalHttpClient(f"unix:{tmp_path}/gone.sock", restart_grace=0.3, on_wait=waits.append)
+        with pytest.raises(DaemonUnavailable, match="no cuzk daemon answers at unix:.*gone.http.sock"):
+            nobody.prove(toy.name, toy.witness_bytes())
+        assert len(waits) == 1 and waits[0].endswith("giving up after 0.3 s")
 
 
 # -- HTTP -----------------------------------------------------------------------------------------

@@ -72,6 +72,31 @@ def test_kill_9_of_the_engine_mid_run_loses_and_duplicates_nothing(make_daemon, 
     assert daemon.stop() == 0
 
 
+def test_the_local_http_client_rides_over_a_kill_9_and_proves_once(make_daemon, tmp_path):
+    """`cuzk prove`'s client on the local HTTP socket: its connection cut by the engine's death, it retries with the
+    same request id until the restarted engine answers, and gets the one job the journal replayed."""
+    from cuzk.local_client import LocalHttpClient
+
+    circuits = circuits_for(tmp_path / "circuits", ("medium", "large"))
+    daemon = make_daemon({c.name: c.zkey for c in circuits.values()})
+    medium, large = circuits["medium"], circuits["large"]
+    request_id = f"local-k9-{uuid.uuid4().hex[:6]}"
+    waits = []
+    local = LocalHttpClient(f"unix:{daemon.socket}", restart_grace=120, on_wait=waits.append)
+    with daemon.client() as client, ThreadPoolExecutor(1) as pool:
+        ahead = [client.submit(large.name, large.witness_bytes())[0] for _ in range(2)]  # the local job waits behind them
+        proving = pool.submit(local.prove, medium.name, medium.witness, request_id=request_id)
+        wait_for(lambda: any(j.request_id == request_id for j in client.list_jobs()), 120, "the local client's job")
+        first = daemon.engine_pid()
+        os.kill(first, signal.SIGKILL)
+        daemon.wait_ready(not_pid=first)
+        result = proving.result(timeout=600)
+        check_proofs([(result, medium)], tmp_path)
+        assert [j.job_id for j in client.list_jobs() if j.request_id == request_id] == [result.job_id]
+        assert all(client.await_proof(job_id, 600).state == "DONE" for job_id in ahead)
+    assert len(waits) == 1 and daemon.state().restarts == 1
+
+
 # -- memory cgroups -------------------------------------------------------------------------------
 
 def engine_footprint(client: Client, circuit: Circuit) -> tuple[int, int]:

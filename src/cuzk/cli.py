@@ -58,7 +58,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     if not explicit:
         args.daemon, started = _running_local_daemon(args)
     if args.daemon:
-        from .client import DaemonUnavailable
+        from .client_base import DaemonUnavailable
         from .server.commands import prove_with_daemon
 
         try:

@@ -27,100 +27,46 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import grpc
 
+from .client_base import (
+    AwaitTimeout,
+    ClientBase,
+    DaemonError,
+    DaemonUnavailable,
+    JobCancelled,
+    JobFailed,
+    JobInfo,
+    ProofResult,
+    RequestTooLarge,
+    Unanswered,
+    Witness,
+    is_key_path,
+)
 from .config import normalize_address
 from .engine.jobs import JobState, Priority
-from .proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
+from .proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from .proto import cuzk_pb2 as pb
 from .proto import cuzk_pb2_grpc as pb_grpc
+
+__all__ = ["Client", "key_ref", "AwaitTimeout", "DaemonError", "DaemonUnavailable", "JobCancelled", "JobFailed", "JobInfo",
+           "ProofResult", "RequestTooLarge"]  # the errors and results: client_base's, named here too
 
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20
 MAX_REQUEST_BYTES = (1 << 31) - 1  # gRPC takes a 32-bit int
 T = TypeVar("T")
-Witness = bytes | bytearray | memoryview | str | os.PathLike
-
-
-class DaemonError(ValueError):
-    """The daemon refused a request; ``code`` is the gRPC status name ("NOT_FOUND", ...)."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-
-
-class DaemonUnavailable(ConnectionError):
-    """No daemon answers at the address (not started, restarting for longer than the timeout, wrong address)."""
-
-
-class AwaitTimeout(TimeoutError):
-    """The job did not finish within the timeout; it is still queued or running."""
-
-
-class RequestTooLarge(DaemonError):
-    pass
-
-
-class JobFailed(DaemonError):
-    """The job ran and failed (unsatisfied witness, witness for another circuit...)."""
-
-
-class JobCancelled(DaemonError):
-    pass
-
-
-@dataclass(frozen=True)
-class ProofResult:
-    job_id: str
-    state: str
-    circuit: str = ""
-    request_id: str = ""
-    proof_json: str = ""
-    public_signals: list[str] = field(default_factory=list)
-    error: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def proof(self) -> dict[str, Any]:
-        return json.loads(self.proof_json)
-
-    def public_json(self) -> str:
-        return json.dumps(self.public_signals, indent=1)
-
-    def write(self, proof_path: str | os.PathLike, public_path: str | os.PathLike) -> None:
-        """Write proof.json and public.json as snarkjs does."""
-        Path(proof_path).write_text(json.dumps(self.proof, indent=1))
-        Path(public_path).write_text(self.public_json())
-
-
-@dataclass(frozen=True)
-class JobInfo:
-    job_id: str
-    circuit: str
-    priority: str
-    state: str
-    submitted_at: float
-    started_at: float | None
-    finished_at: float | None
-    error: str
-    request_id: str
-    attempts: int
 
 
 def key_ref(key: str | os.PathLike) -> pb.KeyRef:
-    """A path (contains a slash, or ends in .zkey, or is an existing file) or else a registered name."""
+    """A path (``is_key_path``) or else a registered name."""
     text = os.fspath(key)
-    if isinstance(key, os.PathLike) or "/" in text or text.endswith(".zkey") or Path(text).is_file():
-        return pb.KeyRef(path=str(Path(text).absolute()))
-    return pb.KeyRef(name=text)
+    return pb.KeyRef(path=str(Path(text).absolute())) if is_key_path(key) else pb.KeyRef(name=text)
 
 
 def _state_name(value: int) -> str:
@@ -143,7 +89,7 @@ def _read_pem(path: str | os.PathLike) -> bytes:
     return data
 
 
-class Client:
+class Client(ClientBase):
     """One connection to a daemon at ``address`` (``unix:PATH``, a socket path, or ``HOST:PORT`` with a token).
 
     ``restart_grace`` bounds how long a retrying call keeps trying while nothing answers
@@ -155,10 +101,7 @@ class Client:
         """``tls_ca``: connect over TLS (to a daemon with ``tls_cert``), trusting this PEM file (or PEM bytes) of CA
         certificates, or the system's roots when True. Unix sockets are always plain. ``on_wait``: told (once per
         call) when a call starts waiting for a daemon that does not answer."""
-        self.address = normalize_address(address)
-        self.restart_grace = restart_grace
-        self.on_wait = on_wait
-        self._answered = False  # a daemon has answered this client once: an unanswered call waits for its restart
+        super().__init__(normalize_address(address), restart_grace=restart_grace, on_wait=on_wait)
         # The token is sent as call metadata on every call (the daemon checks it on TCP listeners).
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         options = [("grpc.max_receive_message_length", MAX_RESPONSE_BYTES), ("grpc.max_send_message_length", MAX_REQUEST_BYTES)]
@@ -168,7 +111,6 @@ class Client:
         else:
             self._channel = grpc.insecure_channel(self.address, options=options)
         self._stub = pb_grpc.CuzkStub(self._channel)
-        self.sends_witness_paths = self.address.startswith("unix:")
 
     def close(self) -> None:
         self._channel.close()
@@ -181,79 +123,34 @@ class Client:
 
     # -- calls ------------------------------------------------------------------------------
 
-    def _call(self, fn: Callable[..., T], request: Any | Callable[[float | None], Any], *, timeout: float | None, retry: bool) -> T:
-        """One RPC (``request`` may be built from the time left); retried while unreachable if ``retry``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        unavailable_since: float | None = None
-        delay = 0.05
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+    def _rpc(self, fn: Callable[..., T], request: Any | Callable[[float | None], Any], *, timeout: float | None, retry: bool) -> T:
+        """One RPC (``request`` may be built from the time left), through ``ClientBase._call``'s retries."""
+        def attempt(remaining: float | None) -> T:
             message = request(remaining) if callable(request) else request
             try:
-                answer = fn(message, timeout=remaining, metadata=self._metadata)
-                self._answered = True
-                return answer
+                return fn(message, timeout=remaining, metadata=self._metadata)
             except grpc.RpcError as exc:
-                now = time.monotonic()
-                if exc.code() != grpc.StatusCode.UNAVAILABLE:
-                    self._answered = True
-                elif not self._answered and self._no_socket():
-                    raise DaemonUnavailable(f"no cuzk daemon answers at {self.address}: the socket file does not exist "
-                                            "(start one with `cuzk daemon`, or give its address with --daemon)") from None
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and retry:
-                    if unavailable_since is None and self.on_wait is not None:
-                        self.on_wait(f"waiting for the cuzk daemon at {self.address}: nothing answers yet (restarting?); "
-                                     f"giving up after {self.restart_grace:g} s")
-                    unavailable_since = unavailable_since or now
-                    give_up_at = unavailable_since + self.restart_grace
-                    if deadline is not None:
-                        give_up_at = min(give_up_at, deadline)
-                    if now < give_up_at:
-                        time.sleep(min(delay, give_up_at - now))
-                        delay = min(delay * 2, 1.0)
-                        continue
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED and unavailable_since is not None:
-                    # the time ran out while the daemon was still not answering: that, not a slow daemon, is the news
-                    raise DaemonUnavailable(f"no cuzk daemon answers at {self.address}: nothing answered within the "
-                                            "timeout") from None
+                if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    raise Unanswered(exc.details() or "unavailable") from None
                 raise self._error(exc) from None
 
-    def _no_socket(self) -> bool:
-        """A unix address whose socket file is missing: no daemon was ever there (a restarting one leaves its file)."""
-        return self.address.startswith("unix:") and not os.path.exists(self.address[5:])
+        return self._call(attempt, timeout=timeout, retry=retry)
 
     def _error(self, exc: grpc.RpcError) -> Exception:
         code, details = exc.code(), exc.details() or ""
-        if code == grpc.StatusCode.UNAVAILABLE:
-            return DaemonUnavailable(f"no cuzk daemon answers at {self.address}: {details}")
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return AwaitTimeout(details if details and details != "Deadline Exceeded" else "the daemon did not answer in time")
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details:
             return RequestTooLarge(code.name, f"request too large for the daemon ({details}); raise max_request in its config")
         return DaemonError(code.name, details)
 
-    def _with_witness(self, witness: Witness | None, input: Mapping[str, Any] | str | None, send: Callable[[dict[str, Any]], T]) -> T:
-        """``send`` the request with the circuit's input, or with the witness as a path on a local daemon, else (or when
-        it refuses the path) as bytes."""
-        if (witness is None) == (input is None):
-            raise ValueError("give a witness or the circuit's input (input=), not both or neither")
-        if input is not None:
-            return send({"input_json": input if isinstance(input, str) else json.dumps(input)})
-        if isinstance(witness, (bytes, bytearray, memoryview)):
-            return send({"witness": bytes(witness)})
-        path = Path(witness).absolute()
-        if not path.is_file():
-            raise FileNotFoundError(f"no witness file {path}")
-        if self.sends_witness_paths:
-            st = path.stat()  # the daemon proves this very file, or refuses (another file at the path on its side)
-            identity = pb.FileIdentity(device=st.st_dev, inode=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns)
-            try:
-                return send({"witness_path": str(path), "witness_identity": identity})
-            except DaemonError as exc:
-                if exc.code != "FAILED_PRECONDITION" or not str(exc).startswith(WITNESS_PATH_REFUSED):
-                    raise
-                self.sends_witness_paths = False  # the daemon cannot read our files: bytes from now on
-        return send({"witness": path.read_bytes()})
+    @staticmethod
+    def _witness_fields(fields: dict[str, Any]) -> dict[str, Any]:
+        """``ClientBase._with_witness``'s fields as SubmitProofRequest's."""
+        if "witness_identity" in fields:
+            device, inode, size, mtime_ns = fields["witness_identity"]
+            fields = {**fields, "witness_identity": pb.FileIdentity(device=device, inode=inode, size=size, mtime_ns=mtime_ns)}
+        return fields
 
     def submit(self, key: str | os.PathLike, witness: Witness | None = None, *, input: Mapping[str, Any] | str | None = None,
                priority: Priority | str | int = Priority.NORMAL, request_id: str | None = None,
@@ -261,8 +158,9 @@ class Client:
         """Queue a proof (``witness``: the .wtns bytes or its path; or ``input``: the circuit's input, for a key registered
         with its .wasm); returns (job_id, deduplicated). Durable on the daemon once this returns."""
         def send(fields: dict[str, Any]) -> pb.SubmitProofResponse:
-            req = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id or "", **fields)
-            return self._call(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
+            req = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id or "",
+                                        **self._witness_fields(fields))
+            return self._rpc(self._stub.SubmitProof, req, timeout=timeout, retry=bool(request_id))
 
         resp = self._with_witness(witness, input, send)
         return resp.job_id, resp.deduplicated
@@ -275,8 +173,8 @@ class Client:
         # The RPC deadline is a little longer than the daemon's own wait, so its clearer message wins.
         slack = 5.0
         request = lambda left: pb.AwaitProofRequest(job_id=job_id, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
-        result = _result(self._call(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
-        return self._checked(result) if check else result
+        result = _result(self._rpc(self._stub.AwaitProof, request, timeout=None if timeout is None else timeout + slack, retry=True))
+        return result.checked() if check else result
 
     def prove(self, key: str | os.PathLike, witness: Witness | None = None, *, input: Mapping[str, Any] | str | None = None,
               priority: Priority | str | int = Priority.NORMAL, request_id: str | None = None,
@@ -286,43 +184,36 @@ class Client:
         slack = 5.0
 
         def send(fields: dict[str, Any]) -> pb.ProofResult:
-            submit = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id, **fields)
+            submit = pb.SubmitProofRequest(key=key_ref(key), priority=priority_to_pb(priority), request_id=request_id,
+                                           **self._witness_fields(fields))
             request = lambda left: pb.ProveRequest(submit=submit, timeout_s=0.0 if left is None else max(0.001, left - slack))  # noqa: E731
-            return self._call(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True)
+            return self._rpc(self._stub.Prove, request, timeout=None if timeout is None else timeout + slack, retry=True)
 
-        return self._checked(_result(self._with_witness(witness, input, send)))
-
-    @staticmethod
-    def _checked(result: ProofResult) -> ProofResult:
-        if result.state == "FAILED":
-            raise JobFailed("FAILED", f"job {result.job_id} failed: {result.error}")
-        if result.state == "CANCELLED":
-            raise JobCancelled("CANCELLED", f"job {result.job_id} was cancelled")
-        return result
+        return _result(self._with_witness(witness, input, send)).checked()
 
     def cancel(self, job_id: str, timeout: float | None = 30.0) -> tuple[bool, str]:
         """Returns (cancelled, state): False when the job had already finished."""
-        resp = self._call(self._stub.CancelProof, pb.CancelProofRequest(job_id=job_id), timeout=timeout, retry=True)
+        resp = self._rpc(self._stub.CancelProof, pb.CancelProofRequest(job_id=job_id), timeout=timeout, retry=True)
         return resp.cancelled, _state_name(resp.state)
 
     def status(self, timeout: float | None = 30.0) -> dict[str, Any]:
-        resp = self._call(self._stub.GetStatus, pb.GetStatusRequest(), timeout=timeout, retry=False)
+        resp = self._rpc(self._stub.GetStatus, pb.GetStatusRequest(), timeout=timeout, retry=False)
         return json.loads(resp.status_json)
 
     def metrics(self, timeout: float | None = 30.0) -> str:
-        return self._call(self._stub.GetMetrics, pb.GetMetricsRequest(), timeout=timeout, retry=False).text
+        return self._rpc(self._stub.GetMetrics, pb.GetMetricsRequest(), timeout=timeout, retry=False).text
 
     def preload(self, key: str | os.PathLike, timeout: float | None = None) -> dict[str, Any]:
-        resp = self._call(self._stub.PreloadKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
+        resp = self._rpc(self._stub.PreloadKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
         return json.loads(resp.key_json)
 
     def evict(self, key: str | os.PathLike, timeout: float | None = 60.0) -> dict[str, Any]:
-        resp = self._call(self._stub.EvictKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
+        resp = self._rpc(self._stub.EvictKey, pb.KeyRequest(key=key_ref(key)), timeout=timeout, retry=True)
         return json.loads(resp.key_json)
 
     def list_jobs(self, states: list[str] | None = None, limit: int = 0, timeout: float | None = 30.0) -> list[JobInfo]:
         req = pb.ListJobsRequest(states=[state_to_pb(JobState(s.lower())) for s in states or []], limit=limit)
-        resp = self._call(self._stub.ListJobs, req, timeout=timeout, retry=False)
+        resp = self._rpc(self._stub.ListJobs, req, timeout=timeout, retry=False)
         return [JobInfo(job_id=j.job_id, circuit=j.circuit, priority=priority_from_pb(j.priority).name,
                         state=_state_name(j.state), submitted_at=j.submitted_at, started_at=j.started_at or None,
                         finished_at=j.finished_at or None, error=j.error, request_id=j.request_id, attempts=j.attempts)

@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .engine.supervisor import SupervisorPolicy
 from .memory.units import parse_size
 
 ENV_PREFIX = "CUZK_"
@@ -51,6 +50,25 @@ MAX_UNIX_PATH = 107
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the setting and where it came from."""
+
+
+@dataclass
+class SupervisorPolicy:
+    """How the supervisor restarts the engine and when it gives up (the ``[supervisor]`` table; here, not in
+    engine/supervisor.py, so that a client reading the configuration imports no supervisor)."""
+
+    backoff_initial_s: float = 0.5
+    backoff_max_s: float = 30.0
+    # Deaths in a row in which the engine made no progress; at this many the supervisor stops.
+    max_fruitless_restarts: int = 5
+    # A learned budget below this is useless: stop rather than restart into certain failure.
+    min_budget: int = 64 << 20
+    # Longest wait for the kernel's charged usage to fall after a death.
+    settle_timeout_s: float = 30.0
+    # An engine that stayed up this long made progress even if it finished no job.
+    healthy_after_s: float = 120.0
+    # Each OOM lowers the budget by at least this fraction, so a poor measurement still converges.
+    min_oom_step: float = 0.05
 
 
 @dataclass

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..config import SupervisorPolicy  # noqa: F401 (its settings live with the configuration)
 from ..memory.limits import MemoryLimits, read_limits
 from ..memory.units import format_size
 
@@ -63,24 +64,6 @@ EXIT_CONFIG = 78
 EXIT_GAVE_UP = 3
 ENGINE_OOM_SCORE_ADJ = 800
 SUPERVISOR_OOM_SCORE_ADJ = -500
-
-
-@dataclass
-class SupervisorPolicy:
-    """How the supervisor restarts the engine and when it gives up."""
-
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
-    # Deaths in a row in which the engine made no progress; at this many the supervisor stops.
-    max_fruitless_restarts: int = 5
-    # A learned budget below this is useless: stop rather than restart into certain failure.
-    min_budget: int = 64 << 20
-    # Longest wait for the kernel's charged usage to fall after a death.
-    settle_timeout_s: float = 30.0
-    # An engine that stayed up this long made progress even if it finished no job.
-    healthy_after_s: float = 120.0
-    # Each OOM lowers the budget by at least this fraction, so a poor measurement still converges.
-    min_oom_step: float = 0.05
 
 
 def atomic_write_json(path: Path, data: dict[str, Any]) -> None:

@@ -10,10 +10,6 @@ from __future__ import annotations
 from ..engine.jobs import JobError, JobState, Priority
 from . import cuzk_pb2 as pb
 
-# Opens the daemon's refusal of a SubmitProofRequest.witness_path (a TCP listener, the setting off, a file it
-# cannot open), so that a client can tell it apart and send the witness bytes instead.
-WITNESS_PATH_REFUSED = "witness_path refused"
-
 
 def priority_to_pb(priority: Priority | int | str) -> int:
     """The wire value of a priority given as a ``Priority``, its value, or its name in any case."""

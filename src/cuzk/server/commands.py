@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import signal
 import sys
-import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +29,10 @@ if TYPE_CHECKING:
 def _cmd_daemon(args: argparse.Namespace) -> int:
     if args.idle_exit is not None and (args.no_supervise or args.idle_exit <= 0):
         raise ValueError("--idle-exit takes a positive number of seconds and the supervisor (not --no-supervise)")
+    import logging
+    import signal
+    import threading
+
     from ..config import load_config
     from ..engine.supervisor import Supervisor, atomic_write_json
     from ..jit_cache import use_cache_dir
@@ -71,10 +71,13 @@ def _cmd_daemon(args: argparse.Namespace) -> int:
     return supervisor.run()
 
 
-def _stop_when_idle(address: str, token: str | None, idle_s: float, stop, stopped: threading.Event) -> None:
+def _stop_when_idle(address: str, token: str | None, idle_s: float, stop, stopped) -> None:
     """Call ``stop`` once no job has been queued, running or finished for ``idle_s`` seconds (``--idle-exit``: a daemon
     that `cuzk prove --keep-daemon` started goes away by itself, as gradle's or sccache's do). Asked over the daemon's
-    own listener, as any client would, every quarter of ``idle_s`` (at most every 30 s)."""
+    own listener, as any client would, every quarter of ``idle_s`` (at most every 30 s); ``stopped``: a
+    threading.Event set when the supervisor is done."""
+    import logging
+
     from ..client import Client, DaemonError, DaemonUnavailable
 
     unfinished = [state.value for state in JobState if not state.terminal]
@@ -111,6 +114,22 @@ def _client(args: argparse.Namespace, *, wait: bool = True):
                   on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
 
 
+def _prove_client(args: argparse.Namespace, *, wait: bool):
+    """The client ``cuzk prove --daemon`` proves with: on a unix socket whose daemon serves its local HTTP socket,
+    ``LocalHttpClient`` (no grpc import, the largest part of a one-shot call on a small circuit), else ``_client``'s."""
+    from ..config import client_target
+
+    address, _ = client_target(args.daemon, args.config)
+    if address.startswith("unix:"):
+        from ..local_client import LocalHttpClient
+
+        local = LocalHttpClient(address, restart_grace=60.0 if wait else 0.0,
+                                on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
+        if local.available:
+            return local
+    return _client(args, wait=wait)
+
+
 def _add_client_options(p: argparse.ArgumentParser,
                         daemon_help: str = "daemon address: unix:PATH, a socket path, or HOST:PORT "
                                            "(default: $CUZK_DAEMON, else the config)") -> None:
@@ -131,7 +150,7 @@ def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None, *,
     calculated here, comes as ``witness``); the zkey may also be a registered name."""
     if args.r1cs:
         raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _client(args, wait=wait) as client:  # a local daemon reads a witness file itself
+    with _prove_client(args, wait=wait) as client:  # a local daemon reads a witness file itself
         result = client.prove(args.zkey, Path(args.wtns) if witness is None else witness, priority=args.priority,
                               timeout=args.timeout)
     result.write(args.proof, args.public)
@@ -191,6 +210,8 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
         jobs = client.list_jobs(states=args.state, limit=args.limit)
     if args.json:
+        from dataclasses import asdict
+
         print(json.dumps([asdict(j) for j in jobs], indent=1))
         return 0
     for j in jobs:

@@ -2,7 +2,9 @@
 
 ``cuzk daemon`` runs this under the supervisor (``python -m cuzk.server CONFIG.json
 [--budget BYTES]``) or, with ``--no-supervise``, in its own process. Listeners: the unix
-socket (mode 0600, no token: the file's permissions are the access control) and, when
+socket (mode 0600, no token: the file's permissions are the access control), the local HTTP
+socket beside it (``cuzk.http.sock`` for ``cuzk.sock``, the same endpoints as the HTTP listener
+under the same access control: what ``cuzk prove`` uses, ``cuzk.local_client``) and, when
 configured, TCP addresses that demand the bearer token — over TLS when ``tls_cert`` and
 ``tls_key`` are configured (recommended: otherwise the token crosses the network in clear); the
 HTTP listener (metrics, status, and ``POST /v1/prove/{key}`` behind the same token) serves
@@ -40,6 +42,7 @@ from grpc_reflection.v1alpha import reflection
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
 from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
+from ..local_client import local_http_socket
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
 from .auth import BearerTokenInterceptor
@@ -78,6 +81,7 @@ class Daemon:
         self.service = CuzkService(self.engine, self.status, self.metrics.text, witness_paths=config.witness_paths)
         self._servers: list[grpc.Server] = []
         self._http: StatusHttpServer | None = None
+        self._local_http: StatusHttpServer | None = None
         self._stopped = threading.Event()
         self.health = health.HealthServicer()  # grpc.health.v1, shared by every listener
         self._state_lock = threading.Lock()  # the state only moves forward: warming → serving → stopping
@@ -135,6 +139,7 @@ class Daemon:
             "server": {"version": __version__, "state": self.state, "warmup": dict(self.warmup),
                        "pid": os.getpid(), "started_at": self.started_at,
                        "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
+                       "local_http": self._local_http.address if self._local_http else None,
                        "max_request_bytes": self.config.max_request},
         }
 
@@ -150,7 +155,7 @@ class Daemon:
         threading.Thread(target=self._warm_up, name="cuzk-warmup", daemon=True).start()
         atomic_write_json(self.config.data_dir / DAEMON_FILE, {
             "pid": os.getpid(), "listen": self.config.listen_addresses(), "http": self._http.address if self._http else None,
-            "started_at": self.started_at})
+            "local_http": self._local_http.address if self._local_http else None, "started_at": self.started_at})
         log.info("cuzk daemon %s serving on %s%s", __version__, ", ".join(self.config.listen_addresses()),
                  f"; HTTP on {self._http.address}" if self._http else "")
         return self
@@ -161,6 +166,8 @@ class Daemon:
         unix = [a for a in self.config.listen_addresses() if a.startswith("unix:")]
         tcp = self.config.tcp_addresses()
         groups = [(unix, [], self.service)] if unix else []
+        if unix:  # first: a client that finds the gRPC socket finds this one too
+            self._serve_local_http(unix[0][5:])
         if tcp:
             groups.append((tcp, [BearerTokenInterceptor(self.config.token)], self.service.without_witness_paths()))
         credentials = self._tls_credentials() if tcp else None
@@ -198,6 +205,18 @@ class Daemon:
             except OSError as exc:
                 raise StartupError(f"cannot serve HTTP on {self.config.http}: {exc.strerror or exc}") from exc
 
+    def _serve_local_http(self, grpc_socket: str) -> None:
+        """The HTTP endpoints on a unix socket beside the gRPC one (``local_client``: what a one-shot ``cuzk prove``
+        uses, without grpc's import). Optional: where it cannot listen (a path too long for a socket), clients use gRPC."""
+        path = local_http_socket(grpc_socket)
+        prover = HttpProver(self.engine, None, self.config.max_request, local=self.service.key_paths,
+                            witness_paths=self.config.witness_paths)
+        try:
+            self._local_http = StatusHttpServer("unix:" + path, self.metrics.text, self.status, lambda: self.state,
+                                                prover).start()
+        except OSError as exc:
+            log.warning("no local HTTP socket at %s (%s): local clients use gRPC", path, exc.strerror or exc)
+
     def _tls_credentials(self) -> grpc.ServerCredentials | None:
         if self.config.tls_cert is None:
             return None
@@ -232,8 +251,9 @@ class Daemon:
         events = [server.stop(SHUTDOWN_GRACE_S) for server in self._servers]
         for event in events:
             event.wait()
-        if self._http is not None:
-            self._http.stop()
+        for http in (self._http, self._local_http):
+            if http is not None:
+                http.stop()
 
 
 def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = False, budget_over_limit: bool = False) -> int:

@@ -6,14 +6,20 @@ before and 503 ``stopping`` while it shuts down (what a load balancer's probe wa
 
 Plain ``http.server`` on its own threads: scrapes are rare and small, and the gRPC
 listeners stay untouched by a slow scraper. With a TLS context it serves HTTPS (the
-handshake runs on the request's thread, never on the accepting one).
+handshake runs on the request's thread, never on the accepting one). On ``unix:PATH`` it
+serves the local HTTP socket (mode 0600), what ``cuzk prove`` uses on a local daemon
+(``cuzk.local_client``: no grpc or protobuf to import).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import socketserver
 import ssl
+import stat
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,15 +41,29 @@ class _QuietServer(ThreadingHTTPServer):
         log.debug("HTTP connection from %s ended badly", client_address, exc_info=True)
 
 
+class _QuietUnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    handle_error = _QuietServer.handle_error
+
+    def server_bind(self) -> None:
+        """Bind with mode 0600, over the socket file a killed daemon left (a listening socket is never a file's)."""
+        path = self.server_address
+        if os.path.exists(path) and stat.S_ISSOCK(os.stat(path).st_mode):
+            os.unlink(path)
+        old_umask = os.umask(0o177)
+        try:
+            super().server_bind()
+        finally:
+            os.umask(old_umask)
+
+
 class StatusHttpServer:
     """Serve ``/metrics``, ``/status``, ``/healthz`` and, given a prover, ``POST /v1/prove/{key}`` on ``host:port``
-    (port 0 picks a free one)."""
+    (port 0 picks a free one) or on ``unix:PATH``."""
 
     def __init__(self, address: str, metrics_text: Callable[[], str], status: Callable[[], dict[str, Any]],
                  state: Callable[[], str], prover: HttpProver | None = None, tls: ssl.SSLContext | None = None):
         """``state``: the daemon's "warming" | "serving" | "stopping"."""
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]")
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -88,6 +108,9 @@ class StatusHttpServer:
                 self.end_headers()
                 self.wfile.write(body)
 
+            def address_string(self) -> str:
+                return self.client_address[0] if self.client_address else "local"  # a unix peer has no address
+
             def log_message(self, fmt, *args):
                 log.debug("%s %s", self.address_string(), fmt % args)
 
@@ -95,13 +118,19 @@ class StatusHttpServer:
         self.status = status
         self.state = state
         self.prover = prover
-        self._server = _QuietServer((host, int(port)), Handler)
+        if address.startswith("unix:"):
+            self._server = _QuietUnixServer(address[5:], Handler)
+        else:
+            host, _, port = address.rpartition(":")
+            self._server = _QuietServer((host.strip("[]"), int(port)), Handler)
         if tls is not None:
             self._server.socket = tls.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
         self._thread = threading.Thread(target=self._server.serve_forever, name="cuzk-http", daemon=True)
 
     @property
     def address(self) -> str:
+        if isinstance(self._server.server_address, str):
+            return "unix:" + self._server.server_address
         host, port = self._server.server_address[:2]
         return f"{host}:{port}"
 
@@ -112,3 +141,6 @@ class StatusHttpServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        if isinstance(self._server.server_address, str):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._server.server_address)

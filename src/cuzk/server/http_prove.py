@@ -3,26 +3,35 @@ the way rapidsnark's proverServer is used.
 
 The body is ``{"input": {...}}`` (the circuit's input, for a key registered with its .wasm) or
 the .wtns file itself (``Content-Type: application/octet-stream``); ``priority`` and
-``request_id`` may ride along in the JSON, ``?timeout_s=`` bounds the wait. The answer is
-``{"proof": ..., "publicSignals": [...]}`` in snarkjs's layout (proof.json and public.json
-in one document), the job id in ``X-Cuzk-Job-Id``. The same bearer token as the TCP gRPC
+``request_id`` may ride along in the JSON (or the query, with a .wtns body), ``?timeout_s=``
+bounds the wait. The answer is ``{"proof": ..., "publicSignals": [...]}`` in snarkjs's layout
+(proof.json and public.json in one document), the job id in ``X-Cuzk-Job-Id``, the phase
+timings (seconds, JSON) in ``X-Cuzk-Timings``. The same bearer token as the TCP gRPC
 listeners guards it (over TLS when the daemon has a certificate); a daemon without a token
 does not prove over HTTP at all.
+
+The local HTTP socket (beside the unix gRPC socket; ``cuzk.local_client``) needs no token: as
+for the unix gRPC socket, the file's permissions are the access control. There, as there, a
+key may be an absolute .zkey path (registered under it), and the JSON body may name the
+witness file instead of carrying it: ``{"witness_path": ..., "witness_identity": {"device",
+"inode", "size", "mtime_ns"}}``.
 
 Status codes: 400 the request's own fault (bad JSON, input the circuit rejects, a witness of
 another circuit, a job that failed on its witness), 401 no or wrong token, 403 proving over
 HTTP is off, 404 unknown key, 409 the job was cancelled, 411/413 body length missing or over
-``max_request``, 503 the daemon is shutting down, 504 not done within the timeout (the job
-keeps running), 507 the job could never fit in the memory budget, 500 an internal error.
+``max_request``, 412 a witness path refused (the client sends the bytes instead), 503 the
+daemon is shutting down, 504 not done within the timeout (the job keeps running), 507 the job could never fit in the memory budget, 500 an internal error.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine import AwaitTimeout, Engine, EngineStopped
+from ..client_base import WITNESS_PATH_REFUSED
+from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessFileError
 from ..engine.admission import JobTooLarge
 from ..engine.jobs import JobError, JobRecord, JobState, UnknownJobError
 from ..engine.tracker import REQUEST_ERRORS
@@ -30,6 +39,7 @@ from ..formats.json_io import dumps_like_snarkjs
 from ..keys.errors import UnknownKeyError
 from ..witness import parse_input_json
 from .auth import bearer_matches
+from .local_paths import KeyPaths, submit_witness_path
 
 log = logging.getLogger("cuzk.http")
 
@@ -49,14 +59,25 @@ def error(status: int, message: str) -> Answer:
     return Answer(status, dumps_like_snarkjs({"error": message}).encode())
 
 
+REQUEST_FIELDS = ("input", "priority", "request_id")
+LOCAL_FIELDS = ("witness_path", "witness_identity")  # the local socket's: a file on the daemon's own machine
+
+
 class HttpProver:
-    def __init__(self, engine: Engine, token: str | None, max_request: int):
+    def __init__(self, engine: Engine, token: str | None, max_request: int, *, local: KeyPaths | None = None,
+                 witness_paths: bool = True):
+        """``local``: this prover serves the local HTTP socket (no token; key and witness paths, keys registered through
+        these ``KeyPaths``, witness paths only while ``witness_paths``)."""
         self.engine = engine
         self.token = token
         self.max_request = max_request
+        self.local = local
+        self.witness_paths = witness_paths
 
     def authorize(self, authorization: str | None) -> Answer | None:
         """None when the caller may prove; else the refusal (checked before the body is read)."""
+        if self.local is not None:
+            return None  # the socket file's permissions let the caller in
         if self.token is None:
             return error(403, "proving over HTTP is off: the daemon has no token (set token or token_file)")
         if authorization is None or not bearer_matches(authorization, self.token):
@@ -80,34 +101,50 @@ class HttpProver:
         except ValueError:
             return error(400, f"timeout_s must be a positive number of seconds, got {query['timeout_s'][0]!r}")
         try:
+            if self.local is not None and key.startswith("/"):
+                key = self.local.name_for(key)
             self.engine.check_fits(key)  # UnknownKeyError, JobTooLarge before any witness is calculated
             if content_type.split(";")[0].strip() == "application/octet-stream":
-                job_id = self.engine.submit(key, body)
+                options = {name: query[name][0] for name in ("priority", "request_id") if name in query}
+                job_id = self.engine.submit(key, body, options.get("priority", "normal"), options.get("request_id"))
             else:
-                request = _json_request(body)
-                job_id = self.engine.submit_input(key, request["input"], request.get("priority", "normal"),
-                                                  request.get("request_id"))
+                job_id = self._submit_json(key, _json_request(body, REQUEST_FIELDS + (LOCAL_FIELDS if self.local else ())))
             record = self.engine.await_result(job_id, timeout)
         except Exception as exc:  # noqa: BLE001 — each kind is answered with its status; the daemon keeps serving
             return answer_for(exc)
         return _answer_for_record(record)
 
+    def _submit_json(self, key: str, request: dict[str, Any]) -> str:
+        priority, request_id = request.get("priority", "normal"), request.get("request_id")
+        if "witness_path" not in request:
+            if not isinstance(request.get("input"), dict):
+                raise JobError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
+                               "application/octet-stream)")
+            return self.engine.submit_input(key, request["input"], priority, request_id)
+        identity = request.get("witness_identity")
+        try:
+            identity = None if identity is None else FileIdentity(**{f: int(identity[f]) for f in FileIdentity._fields})
+        except (TypeError, KeyError, ValueError):
+            raise JobError(f"request body: witness_identity takes {', '.join(FileIdentity._fields)}, "
+                           f"got {identity!r}") from None
+        return submit_witness_path(self.engine, key, request["witness_path"], identity, priority, request_id,
+                                   paths_taken=self.witness_paths)
 
-def _json_request(body: bytes) -> dict[str, Any]:
+
+def _json_request(body: bytes, known: tuple[str, ...]) -> dict[str, Any]:
     request = parse_input_json(body, source="request body")
-    unknown = sorted(set(request) - {"input", "priority", "request_id"})
+    unknown = sorted(set(request) - set(known))
     if unknown:
-        raise JobError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: input, priority, request_id)")
-    if not isinstance(request.get("input"), dict):
-        raise JobError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
-                         "application/octet-stream)")
+        raise JobError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})")
     return request
 
 
 def answer_for(exc: Exception) -> Answer:
     """The HTTP answer to an exception from the engine: the request's own errors are 4xx, anything else a 500."""
-    if isinstance(exc, (UnknownKeyError, UnknownJobError)):
+    if isinstance(exc, (UnknownKeyError, UnknownJobError, FileNotFoundError)):
         return error(404, str(exc))
+    if isinstance(exc, WitnessFileError) and str(exc).startswith(WITNESS_PATH_REFUSED):
+        return error(412, str(exc))
     if isinstance(exc, JobTooLarge):
         return error(507, str(exc))
     if isinstance(exc, EngineStopped):
@@ -124,7 +161,7 @@ def _answer_for_record(record: JobRecord) -> Answer:
     job = (("X-Cuzk-Job-Id", record.job_id),)
     if record.state is JobState.DONE:
         body = dumps_like_snarkjs({"proof": record.proof, "publicSignals": record.public_signals})
-        return Answer(200, body.encode(), headers=job)
+        return Answer(200, body.encode(), headers=job + (("X-Cuzk-Timings", json.dumps(record.timings or {})),))
     if record.state is JobState.CANCELLED:
         return Answer(409, error(409, f"job {record.job_id} was cancelled").body, headers=job)
     status = 500 if (record.error or "").startswith("internal error") else 400

@@ -11,10 +11,8 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,9 +22,10 @@ from ..engine.jobs import JobError, JobRecord, UnknownJobError
 from ..engine.journal import RequestIdConflict
 from ..engine.tracker import REQUEST_ERRORS
 from ..keys.errors import KeyInUseError, UnknownKeyError
-from ..proto import WITNESS_PATH_REFUSED, priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
+from ..proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
+from .local_paths import KeyPaths, submit_witness_path
 
 log = logging.getLogger("cuzk.server")
 
@@ -82,13 +81,13 @@ class CuzkService(pb_grpc.CuzkServicer):
         self.engine = engine
         self._status = status
         self._metrics_text = metrics_text
-        self._register_lock = threading.Lock()
+        self.key_paths = KeyPaths(engine)
         self.witness_paths = witness_paths
 
     def without_witness_paths(self) -> CuzkService:
         """This service for the TCP listeners: a remote client's path names nothing here, and reading files
         for it would lend it the daemon's own file access."""
-        view = copy.copy(self)  # shares the engine and the registration lock
+        view = copy.copy(self)  # shares the engine and its key paths
         view.witness_paths = False
         return view
 
@@ -99,18 +98,7 @@ class CuzkService(pb_grpc.CuzkServicer):
         if kind == "name":
             return ref.name
         if kind == "path":
-            path = Path(ref.path).resolve()
-            name = str(path)
-            with self._register_lock:
-                if name not in self.engine.keys.names():
-                    if not path.is_file():
-                        raise FileNotFoundError(f"no proving key file {path} on the daemon's machine")
-                    try:
-                        self.engine.register_key(name, path)
-                    except OSError as exc:  # the caller's path: unreadable there is the request's problem
-                        raise JobError(f"cannot read the proving key {path} on the daemon's machine: "
-                                       f"{exc.strerror or exc}") from None
-            return name
+            return self.key_paths.name_for(ref.path)
         raise JobError("the request names no key: set key.name or key.path")
 
     def _key_entry(self, name: str) -> dict[str, Any]:
@@ -131,24 +119,17 @@ class CuzkService(pb_grpc.CuzkServicer):
                                               request.request_id or None)
             return job_id, bool(request.request_id) and self.engine.get(job_id).submitted_at < started
         if source == "witness_path":
-            witness = request.witness_path
             if request.HasField("witness_identity"):
                 i = request.witness_identity
                 identity = FileIdentity(i.device, i.inode, i.size, i.mtime_ns)
-            if not self.witness_paths:
-                raise WitnessFileError(f"{WITNESS_PATH_REFUSED} on this listener (paths are taken on the daemon's unix socket "
-                                       "only, and only while its witness_paths setting is true): send the witness bytes")
-            if not Path(witness).is_absolute():
-                raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {witness!r} is not an absolute path")
+            job_id = submit_witness_path(self.engine, circuit, request.witness_path, identity,
+                                         priority_from_pb(request.priority), request.request_id or None,
+                                         paths_taken=self.witness_paths)
         else:
             witness = request.witness  # each read of a bytes field copies it (upb): tens of ms for a large witness
             if not witness:
                 raise JobError("the request carries no witness (.wtns bytes, witness_path or input_json)")
-        try:
-            job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None,
-                                        witness_identity=identity)
-        except WitnessFileError as exc:
-            raise WitnessFileError(f"{WITNESS_PATH_REFUSED}: {exc} (on the daemon's machine)") from None
+            job_id = self.engine.submit(circuit, witness, priority_from_pb(request.priority), request.request_id or None)
         deduplicated = bool(request.request_id) and self.engine.get(job_id).submitted_at < started
         return job_id, deduplicated
 

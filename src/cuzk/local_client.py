@@ -1,0 +1,137 @@
+"""``cuzk prove`` on a daemon of this machine over its local HTTP socket: the standard library's http.client on a
+unix socket, in place of gRPC.
+
+A one-shot ``cuzk prove`` spends more time importing grpc and protobuf (~70 ms of CPU) than a small circuit's proof
+takes on a warm daemon, so where the daemon serves its local HTTP socket (beside its unix gRPC socket; the name is
+``local_http_socket``'s) the CLI proves through this client, which imports nothing outside the standard library. It
+keeps what ``cuzk.client.Client.prove`` guarantees (``client_base.ClientBase``: the same errors, a request id that
+makes a retry across a daemon restart prove once, the witness sent as its path with the file's identity, or as bytes
+where the daemon refuses the path) and does nothing else: every other call is gRPC's.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from .client_base import (
+    AwaitTimeout,
+    ClientBase,
+    DaemonError,
+    JobCancelled,
+    JobFailed,
+    ProofResult,
+    RequestTooLarge,
+    Unanswered,
+    Witness,
+    is_key_path,
+)
+
+PROVE_PATH = "/v1/prove/"
+# The gRPC status names the daemon's HTTP answers stand for, so that a caller sees one DaemonError.code on both.
+CODE_FOR_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 412: "FAILED_PRECONDITION", 500: "INTERNAL",
+                   507: "RESOURCE_EXHAUSTED"}
+WAIT_FOREVER_S = 1e9  # the daemon's wait when the caller gives no timeout (its own default is 600 s)
+SLACK_S = 5.0  # the socket's timeout exceeds the daemon's wait, so that its clearer answer wins
+
+
+def local_http_socket(grpc_socket: str | os.PathLike) -> str:
+    """The local HTTP socket of the daemon whose unix gRPC socket is ``grpc_socket`` (``cuzk.sock`` → ``cuzk.http.sock``)."""
+    return str(Path(grpc_socket).with_suffix(".http.sock"))
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float | None):
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+class LocalHttpClient(ClientBase):
+    """Proofs from the daemon at ``unix:GRPC_SOCKET`` through its local HTTP socket (``available`` says whether it has
+    one)."""
+
+    def __init__(self, address: str, *, restart_grace: float = 60.0, on_wait=None):
+        super().__init__("unix:" + local_http_socket(address.removeprefix("unix:")), restart_grace=restart_grace,
+                         on_wait=on_wait)
+
+    @property
+    def available(self) -> bool:
+        """The daemon has a local HTTP socket this user may connect to (a gRPC socket an operator opened to a group
+        leaves this one the daemon's own: such a caller uses gRPC)."""
+        return os.access(self.address[5:], os.W_OK)
+
+    def __enter__(self) -> LocalHttpClient:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass  # one connection per request: nothing stays open
+
+    def prove(self, key: str | os.PathLike, witness: Witness, *, priority: str = "normal", request_id: str | None = None,
+              timeout: float | None = None) -> ProofResult:
+        """Submit and wait in one request, as ``Client.prove``; retried across a daemon restart, never proving twice."""
+        request_id = request_id or f"prove-{os.urandom(16).hex()}"  # as Client.prove's (uuid's import costs ~2 ms)
+        key_text = str(Path(key).absolute()) if is_key_path(key) else os.fspath(key)
+        url = PROVE_PATH + quote(key_text, safe="")
+
+        def send(fields: dict[str, Any]) -> ProofResult:
+            if "witness" in fields:
+                body, content_type, options = fields["witness"], "application/octet-stream", {"priority": priority,
+                                                                                               "request_id": request_id}
+            else:
+                device, inode, size, mtime_ns = fields["witness_identity"]
+                identity = {"device": device, "inode": inode, "size": size, "mtime_ns": mtime_ns}
+                body = json.dumps({"witness_path": fields["witness_path"], "witness_identity": identity,
+                                   "priority": priority, "request_id": request_id}).encode()
+                content_type, options = "application/json", {}
+
+            def attempt(left: float | None) -> ProofResult:
+                wait = WAIT_FOREVER_S if left is None else max(0.001, left - SLACK_S)
+                return self._post(f"{url}?{urlencode({**options, 'timeout_s': wait})}", body, content_type,
+                                  None if left is None else left)
+
+            return self._call(attempt, timeout=None if timeout is None else timeout + SLACK_S, retry=True)
+
+        return self._with_witness(witness, None, send).checked()
+
+    def _post(self, url: str, body: bytes, content_type: str, timeout: float | None) -> ProofResult:
+        connection = _UnixConnection(self.address[5:], timeout)
+        try:
+            connection.request("POST", url, body, {"Content-Type": content_type})
+            response = connection.getresponse()
+            status, job_id, timings, payload = (response.status, response.getheader("X-Cuzk-Job-Id", ""),
+                                                response.getheader("X-Cuzk-Timings"), response.read())
+        except (ConnectionError, FileNotFoundError, http.client.RemoteDisconnected) as exc:
+            raise Unanswered(exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)) from None
+        except TimeoutError:
+            raise AwaitTimeout("the daemon did not answer in time") from None
+        finally:
+            connection.close()
+        try:
+            document = json.loads(payload)
+        except ValueError:  # not the prove endpoint's JSON (another server on the socket?): its text is the news
+            document = {"error": f"HTTP {status}: {payload[:200].decode(errors='replace')}"}
+        if status == 200:
+            return ProofResult(job_id=job_id, state="DONE", proof_json=json.dumps(document["proof"]),
+                               public_signals=document["publicSignals"], timings=json.loads(timings or "{}"))
+        message = document.get("error", payload.decode(errors="replace"))
+        if status == 503:
+            raise Unanswered(message)
+        if status == 504:
+            raise AwaitTimeout(message)
+        if status == 409 and job_id:
+            raise JobCancelled("CANCELLED", message)
+        if status in (400, 500) and job_id:  # the job ran and failed: the message is "job <id> failed: ..."
+            raise JobFailed("FAILED", message)
+        if status == 413:
+            raise RequestTooLarge("RESOURCE_EXHAUSTED", f"{message}; raise max_request in its config")
+        raise DaemonError(CODE_FOR_STATUS.get(status, f"HTTP {status}"), message)
