@@ -75,8 +75,9 @@ THREAD_SLACK_BYTES = 512 << 10
 MAX_PROOFS_PER_DEVICE = 4
 # A calibrated reservation is at most this many times the circuit's measured peak (and never below it). The peak is
 # the largest per-job figure of every measured window, so little headroom is needed: 5 % covers the kernel's lagging
-# RSS counters (up to 64 pages per thread) and allocator variance; a v1 cgroup run at 1.05 had no OOM kill and
-# charged ÷ reserved 0.9 (benchmarks/memory_limit.py, see ARCHITECTURE).
+# RSS counters (up to 64 pages per thread) and allocator variance. At 1.05, under a 288 MiB v1 cgroup limit that the
+# budget nearly filled (benchmarks/memory_limit.py, sha256_32B, 60 jobs / 6, two rounds): no OOM kill, peak charged ÷
+# peak reserved 0.87–0.90.
 CALIBRATION_HEADROOM = 1.05
 
 
