@@ -54,10 +54,10 @@ for s in "$@"; do
       step $s ${T_BENCH:-150} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
         --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} --out /tmp/res/$s --no-progress --no-plot ;;
     mlimit*)  # benchmarks/memory_limit.py on a ladder rung: one cuzk bench unlimited, then under a limit of N MiB; ratios printed
-      # mlimit-<logn>-<jobs>-<concurrency>-<synth workers>-<limit MiB>
-      IFS=- read -r _ n j c w mib <<< "$s"; r=/tmp/ladder/bn128/2^$n
+      # mlimit-<logn>-<jobs>-<concurrency>-<synth workers>-<limit MiB>[-procs]  (procs: device_processes = true)
+      IFS=- read -r _ n j c w mib tag <<< "$s"; r=/tmp/ladder/bn128/2^$n; extra=(); [ "$tag" = procs ] && extra=(--engine device_processes=true)
       step $s ${T_MLIMIT:-330} python3 benchmarks/memory_limit.py --limit ${mib}MiB --out /tmp/res/$s -- --zkey $r/circuit.zkey \
-        --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 --engine "devices=[0]" --engine synth_workers=$w ${BENCH_ENGINE} ;;
+        --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} ;;
     *) echo "unknown step $s" ;;
   esac
 done

@@ -16,7 +16,10 @@ import pytest
 from conftest import REPO, snarkjs_verify, snarkjs_verify_all, wait_for
 from cuzk.engine import JobState, Priority
 from cuzk.formats.json_io import write_vkey
-from cuzk.formats.zkey import read_zkey
+from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.keys.host import KeyTier, footprint
+from cuzk.memory.process import PeakProbe
+from cuzk.prover.sizing import CALIBRATION_HEADROOM
 from cuzk.prover.verify import vkey_from_zkey
 from test_engine import (SLOW, circuits, make_engine, synthesize_public, unsatisfied_witness,  # noqa: F401 — fixtures reused
                          write_result)
@@ -56,6 +59,34 @@ def test_proofs_from_the_worker_process_verify_with_snarkjs(make_engine, circuit
     assert snarkjs_verify_all(vkey, [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])
     assert engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
     assert engine.status()["config"]["backend"] == ["cpu"]
+
+
+def test_a_cpu_workers_key_copy_is_reserved_and_its_jobs_peaks_calibrate_the_circuit(make_engine, circuits):
+    """With the CPU in a worker process: the key's lease in the engine reserves the worker's hot copy beside the
+    verifier's part; the jobs' peaks, which only the worker's memory shows, are measured from its high-water mark and
+    calibrate the circuit's reservation into [1, CALIBRATION_HEADROOM]× the peak; when the key goes cold in the engine
+    the worker frees its copy, and the next job loads it again (a window with that load is not measured)."""
+    if not PeakProbe().available:
+        pytest.skip("no /proc/self/clear_refs here: peaks cannot be measured")
+    engine = make_engine(keys=("large",), device_processes=True, key_idle_evict_s=3600)
+    c = circuits["large"]
+    header = read_zkey_header(c.zkey)
+    for _ in range(3):  # one at a time: the first is never measured (the worker loads its key, the JIT warms up)
+        record = engine.await_result(engine.submit("large", c.witness), timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+    (key,) = engine.status()["keys"]
+    assert key["reserved_bytes"] >= footprint(header, KeyTier.HOT), key
+    peak = engine.status()["peaks"]["large"]["cpu"]
+    reserved = engine.working_set("large").total_bytes
+    assert 0 < peak <= reserved <= CALIBRATION_HEADROOM * peak, (peak, reserved)
+    loads = _child(engine)["key_loads"]
+    assert loads == 1
+    engine.keys.evict("large")
+    assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == 0
+    record = engine.await_result(engine.submit("large", c.witness), timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    assert _child(engine)["key_loads"] == 2  # the worker had dropped its copy with the engine's reservation
+    assert engine.status()["peaks"]["large"]["cpu"] == peak  # the job with the load measured nothing
 
 
 def test_a_worker_killed_mid_proof_is_restarted_and_the_job_proved_once(make_engine, circuits, tmp_path):

@@ -35,6 +35,7 @@ from cuzk.formats.json_io import (
 )
 from cuzk.formats.limbs import first_not_below, ints_to_limbs, limbs_to_int, limbs_to_ints
 from cuzk.formats.r1cs import R1CS, SparseMatrix, check_satisfied, read_r1cs, write_r1cs
+from cuzk.formats.errors import FormatError
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import (
     MPCParams,
@@ -263,6 +264,38 @@ def test_wtns_round_trip(curve, tmp_path):
     assert limbs_to_ints(wit.values) == values
     write_wtns(tmp_path / "again.wtns", curve, wit.values)
     assert (tmp_path / "again.wtns").read_bytes() == (tmp_path / "w.wtns").read_bytes()
+
+
+def test_a_wtns_only_checked_stays_out_of_the_resident_set(tmp_path):
+    """``read_wtns(resident=False)`` (the engine's intake) validates as ``read_wtns`` does, yet the process's resident
+    set never holds more than a chunk or two of the values — a 64 MiB witness mapped whole would raise it by 64 MiB,
+    which admission's peak probe would count against the jobs running then — and the values still read back."""
+    from cuzk.formats.wtns import CHECK_CHUNK_BYTES
+    from cuzk.memory.process import PeakProbe, return_free_heap
+
+    probe = PeakProbe()
+    if not probe.available:
+        pytest.skip("/proc/self/clear_refs is not writable here")
+    n = (64 << 20) // 32
+    values = np.zeros((n, 8), dtype=np.uint32)
+    values[:, 0] = np.arange(n, dtype=np.uint32)
+    path = tmp_path / "big.wtns"
+    write_wtns(path, BN254, values)
+    del values
+    return_free_heap()
+    baseline = probe.begin()
+    checked = read_wtns(path, resident=False)
+    assert probe.end(baseline) < 2 * CHECK_CHUNK_BYTES + (4 << 20)
+    assert len(checked) == n and int(checked.values[n - 1, 0]) == n - 1
+    baseline = probe.begin()
+    assert read_wtns(path).values.shape == (n, 8)
+    assert probe.end(baseline) >= 60 << 20  # mapped whole and range-checked: all of it resident
+    bad = bytearray(path.read_bytes())
+    at = len(bad) - 3 * 32  # the third value from the end, in the last chunk
+    bad[at : at + 32] = BN254.r.to_bytes(32, "little")
+    path.write_bytes(bytes(bad))
+    with pytest.raises(FormatError, match=f"value #{n - 3} is not reduced"):
+        read_wtns(path, resident=False)
 
 
 def test_write_wtns_rejects_unreduced_values_and_wrong_arrays(tmp_path):

@@ -79,6 +79,30 @@ def test_recovery_waits_until_untracked_memory_has_stayed_low_for_the_window():
     assert time.monotonic() - high_at >= 0.3
 
 
+def test_memory_accounted_into_a_reservation_is_given_back_at_once_not_after_the_window():
+    """Untracked memory that a reservation names afterwards (the engine's runtime measured and accounted while a job
+    waits, ``MemoryBudget.account_resident``) leaves the recovery window at once: the usable total comes back by what
+    was named, which the reservation now holds — not held out a second time for ``recover_after_s``. What is free
+    then is what was free, less the part of the allowance the named memory had used."""
+    budget = MemoryBudget(TOTAL)
+    runtime = budget.try_acquire(0, "runtime", label="engine runtime")
+    rec = Reconciler(budget, rss_plan(), source="rss", recover_after_s=3600)
+    blob = untracked(160 * MiB)
+    shrunk = rec.sample()
+    assert shrunk.shrunk_bytes > 100 * MiB
+    free = budget.available_bytes
+    budget.account_resident(runtime, 160 * MiB)  # past the free room: those bytes are resident already
+    assert budget.reserved_bytes == 160 * MiB
+    held = rec.preview()
+    assert held.effective_total_bytes < TOTAL - 100 * MiB  # without being told, the window keeps the old figure
+    named = rec.accounted(160 * MiB)
+    assert named.untracked_held_bytes < shrunk.untracked_bytes - 150 * MiB
+    assert named.effective_total_bytes == budget.effective_total_bytes == TOTAL
+    assert free - 48 * MiB < budget.available_bytes <= free  # the allowance's 32 MiB, and RSS moving a few MiB
+    del blob
+    runtime.release()
+
+
 def test_background_sampling_publishes_readings():
     budget = MemoryBudget(TOTAL)
     with Reconciler(budget, rss_plan(), source="rss", interval_s=0.01) as rec:

@@ -36,7 +36,7 @@ def add_bench_command(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--priority", action="append", metavar="P",
                    help=f"priorities to cycle through: {', '.join(PRIORITY_NAMES)} "
                         f"(repeat or comma-separate; default {DEFAULT_PRIORITY})")
-    w.add_argument("--warmup", type=int, default=1, metavar="N", help="unmeasured jobs per circuit first (default 1)")
+    w.add_argument("--warmup", type=int, default=1, metavar="N", help="unmeasured jobs per circuit first, the first of each alone (default 1)")
     d = p.add_argument_group("daemon")
     d.add_argument("--addr", metavar="ADDR", help="attach to a running daemon (unix:PATH or HOST:PORT) instead of starting one")
     d.add_argument("--token", help="bearer token for a TCP --addr (default: $CUZK_TOKEN)")

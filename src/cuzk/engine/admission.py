@@ -22,7 +22,7 @@ When a job ends, and only if every window of its life was measured, its largest 
 measured peak of its circuit on its proving path (a window closed early in a job's life, before
 it allocated, never lowers a reservation by itself). The largest such peak per circuit and path
 (kept in the journal's ``working_set_peaks``) calibrates that circuit's later reservations into
-[1, 1.2]× it (``prover.sizing.host_working_set``): raised when the estimate was short, lowered
+[1, 1.05]× it (``prover.sizing.host_working_set``): raised when the estimate was short, lowered
 when the estimate's worst case was never charged. Since every window counts, alone and
 together, the reservation is never below a peak a job reached by itself. A window is not
 measured when a job in it is its circuit's first in this process (numba's JIT allocates then,
@@ -116,10 +116,11 @@ class Admission:
 
     def __init__(self, budget: MemoryBudget, keys: KeyManager, journal: Journal, *, on_device: bool,
                  r1cs_paths: Mapping[str, str], runtime: RuntimeReservation | None = None, measure_peaks: bool = True,
-                 devices=None):
+                 devices=None, prover_pids: Callable[[], list[int]] | None = None):
         """``devices`` answers what the proving devices hold (``synthesizes_on_devices``, ``holds_vectors_on_devices``,
-        ``why_not_on_devices``): the key manager, whose VRAM tiers they are, or the device worker processes that own
-        them (``engine.procs``)."""
+        ``why_not_on_devices``) and how many key loads they made (``loads_total``): the key manager, whose VRAM tiers
+        they are, or the device worker processes that own them (``engine.procs``), whose pids ``prover_pids`` gives:
+        the jobs' memory is theirs, so their resident peaks are measured with this process's."""
         self.budget = budget
         self.keys = keys
         self.devices = devices if devices is not None else keys
@@ -127,7 +128,7 @@ class Admission:
         self.on_device = on_device  # jobs are proved on a device backend (sizes the host working set)
         self._r1cs_paths = r1cs_paths  # the engine's registry, read here
         self._runtime = runtime
-        self._probe = PeakProbe() if measure_peaks else None
+        self._probe = PeakProbe(prover_pids) if measure_peaks else None
         self._peaks = journal.saved_peaks()
         self._admitting = threading.Lock()
         self._measuring = threading.Lock()
@@ -199,8 +200,9 @@ class Admission:
             lease = self.keys.acquire(job.circuit, cancelled=job.cancelled)
             try:
                 key_load = time.perf_counter() - t_key  # waiting for room for the key and loading it; ~0 when resident
-                self._check_fits(job.circuit, workset, self.keys.footprint(job.circuit, lease.tier))  # it may be at another tier already
-                reservation = self._reserve(job, workset)
+                key_bytes = self.keys.footprint(job.circuit, lease.tier)  # it may be at another tier already
+                self._check_fits(job.circuit, workset, key_bytes)
+                reservation = self._reserve(job, workset, key_bytes)
             except BaseException:
                 lease.release()
                 raise
@@ -220,7 +222,7 @@ class Admission:
                 f"of working memory, more than the whole budget of {format_size(self.budget.total_bytes)}{beside}{vram}; "
                 "it can never run here (raise the memory limit or the budget)")
 
-    def _reserve(self, job: LiveJob, workset: WorkingSet) -> Reservation:
+    def _reserve(self, job: LiveJob, workset: WorkingSet, key_bytes: int) -> Reservation:
         label = f"job {job.id[:8]} ({job.circuit})"
         stuck_since = None
         while True:  # bounded waits, so a cancel is seen while queued for memory
@@ -231,7 +233,12 @@ class Admission:
                 if not self._nothing_will_free():
                     stuck_since = None
                     continue
-                stuck_since = stuck_since or time.monotonic()
+                if stuck_since is None:
+                    stuck_since = time.monotonic()
+                    # Idle but for this job: the engine's own memory is measured now, not left at a figure from before
+                    # (a restart measures it before its replayed jobs); with it, a job that can never fit says so.
+                    if self._runtime is not None and self._runtime.update(waiting=True):
+                        self._check_fits(job.circuit, workset, key_bytes)
                 if time.monotonic() - stuck_since >= STUCK_WAIT_S:
                     raise self._stuck(job.circuit, workset) from None
 
@@ -295,6 +302,11 @@ class Admission:
                          grant.circuit, grant.workset.path, format_size(grant.implied_peak), format_size(before.total_bytes),
                          format_size(self.working_set(grant.circuit).total_bytes), format_size(before.estimated_bytes))
 
+    def _loads(self) -> int:
+        """Key loads so far, the host's and the devices' (a worker process loads its own copies): a window in which
+        one happened is not measured."""
+        return self.keys.loads_total() + (self.devices.loads_total() if self.devices is not self.keys else 0)
+
     def _outside_working(self) -> int:
         snap = self.budget.snapshot()
         return snap["reserved_bytes"] - snap["by_category"]["working"]["bytes"]
@@ -313,7 +325,7 @@ class Admission:
             return
         if self._baseline is None:  # the busy period's first job, admitted but not yet allocating
             self._baseline = (resident, self._outside_working())
-        self._window = _Window(list(self._running), sum(g.reservation.nbytes for g in self._running), self.keys.loads_total())
+        self._window = _Window(list(self._running), sum(g.reservation.nbytes for g in self._running), self._loads())
 
     def _close_window(self) -> None:
         """Attribute the closing window's peak to its jobs (``Grant.implied_peak``), or mark every running job as not
@@ -322,7 +334,7 @@ class Admission:
         peak = None
         if window is not None:
             resident, outside = self._baseline
-            if (any(g.unmeasurable for g in window.grants) or self.keys.loads_total() != window.loads
+            if (any(g.unmeasurable for g in window.grants) or self._loads() != window.loads
                     or self._outside_working() != outside):
                 self._spoiled = True  # memory beside the jobs moved: the baseline is stale until the engine is idle
             elif window.reserved > 0:

@@ -87,7 +87,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backends.base import is_device_backend
-from ..keys.host import KeyTier
+from ..keys.host import KeyTier, footprint
 from ..keys.manager import KeyManager
 from ..memory.budget import MemoryBudget
 from ..memory.limits import read_limits, read_rss_bytes
@@ -129,7 +129,8 @@ class Engine(TrackedJobs):
                 # The engine's own memory, inside the budget it planned (a given budget is the caller's to size): what
                 # the kernel charges for it, so the file-backed pages another cgroup was charged for are not reserved.
                 charged = self._resident_bytes if reconciler is None else (lambda: min(self._resident_bytes(), reconciler.measure()))
-                self.runtime = RuntimeReservation(budget, rss=charged)
+                self.runtime = RuntimeReservation(budget, rss=charged,
+                                                  on_accounted=reconciler.accounted if reconciler is not None else None)
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
@@ -150,13 +151,17 @@ class Engine(TrackedJobs):
             self._register_saved_keys()
             if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
                 self._procs = DeviceProcesses(config, ordinals, self.keys)
+                if ordinals is None:  # a CPU worker holds each key's hot copy: reserved with the key's lease here
+                    self.keys.attach_provers(lambda header: footprint(header, KeyTier.HOT), self._procs.drop)
+                if self.runtime is not None:  # their interpreters and backends are the engine's own memory too
+                    self.runtime.update()
         except BaseException:
             self._dir_lock.release()
             raise
         self.tracker = JobTracker(self.journal)
         self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
-                                   runtime=self.runtime, measure_peaks=config.measure_peaks and self._procs is None,  # (not their peaks)
-                                   devices=self._procs)
+                                   runtime=self.runtime, measure_peaks=config.measure_peaks, devices=self._procs,
+                                   prover_pids=self._procs.pids if self._procs is not None else None)
         headers = [self.keys.header(name) for name in self.keys.names()]
         self.proofs_per_device = (self._procs.proofs_per_device if self._procs is not None else  # K per device
                                   proofs_per_backend(config.proofs_per_device, self.backends, headers))

@@ -11,7 +11,8 @@ of the K lanes when one is free.
 
 Messages are small tuples on one pipe. In: ``("prove", job id, key name, key path, witness
 path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name, args)``,
-``("exit",)``. Out: ``("ready", report)`` once, then ``("proving", job id)`` (synthesized), ``("proved", job
+``("drop", key name, key path)`` (free that copy: the parent's reservation of it went back), ``("exit",)``.
+Out: ``("ready", report)`` once, then ``("loaded", key name)`` (a key loaded here), ``("proving", job id)`` (synthesized), ``("proved", job
 id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
 ``("answer", request id, ok, value)``. The witness is read from the journal's file here, so no
 array crosses the pipe. An EOF on the pipe means the parent died: the process exits at once,
@@ -122,6 +123,8 @@ class DeviceChild:
             if kind == "prove":
                 self._cancels[message[1]] = threading.Event()
                 self._jobs.put(message[1:])
+            elif kind == "drop":
+                self._drop(*message[1:])
             elif kind == "cancel":
                 cancel = self._cancels.get(message[1])
                 if cancel is not None:
@@ -208,7 +211,18 @@ class DeviceChild:
             else:
                 zkey, held = load_hot(Path(path), header, self.allocator, self.spec.chunk_bytes)
             self._keys[name] = (Path(path), zkey, held)
+            self._send(("loaded", name))  # before the job's answer: the parent knows this job's memory held a load
             return zkey, held
+
+    def _drop(self, name: str, path: str) -> None:
+        """Free the copy of key ``name`` loaded from ``path`` (the parent's reservation of it went back): the jobs
+        proving with it keep it until they end."""
+        with self._keys_lock:
+            kept = self._keys.get(name)
+            if kept is not None and kept[0] == Path(path):
+                del self._keys[name]
+                if self.on_device:
+                    self.device_keys.drop(name)
 
     def _prove(self, job_id: str, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
         """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w

@@ -75,7 +75,7 @@ def journal_witness(journal: Journal, circuit: str, header: ZKeyHeader, witness:
         raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
 
     def check(path: Path) -> None:
-        check_inputs(header, read_wtns(path))
+        check_inputs(header, read_wtns(path, resident=False))  # the job maps it later: keep none of it resident now
 
     if isinstance(witness, (str, os.PathLike)):
         with open_witness_file(witness, header, identity) as source:

@@ -83,6 +83,7 @@ class DeviceProcess:
     def __init__(self, spec: ChildSpec):
         self.spec = spec
         self.restarts = 0
+        self.key_loads = 0  # keys the process loaded ("loaded" messages): admission does not measure a window with one
         self.last_exit: str | None = None
         self.report: dict[str, Any] = {}
         self._context = multiprocessing.get_context("spawn")
@@ -152,6 +153,12 @@ class DeviceProcess:
             if job_id in self._jobs and self._conn is not None:
                 self._send(("cancel", job_id))
 
+    def drop(self, name: str, path: str) -> None:
+        """Have the process free its copy of key ``name`` loaded from ``path`` (its reservation went back here)."""
+        with self._lock:
+            if self._conn is not None:
+                self._send(("drop", name, path))
+
     def call(self, name: str, *args: Any) -> Any:
         """Run ``call_<name>(*args)`` in the child and return its value (RuntimeError with the child's reason)."""
         waiter = _Waiter()
@@ -187,6 +194,10 @@ class DeviceProcess:
                     return
                 continue
             kind, key = message[0], message[1]
+            if kind == "loaded":
+                with self._lock:
+                    self.key_loads += 1
+                continue
             if kind == "proving":
                 with self._lock:
                     waiter = self._jobs.get(key)
@@ -266,7 +277,7 @@ class DeviceProcess:
     def status(self) -> dict[str, Any]:
         alive = self._process is not None and self._process.is_alive()
         return {"name": self.name, "pid": self.pid, "device": self.spec.device, "backend": self.report.get("backend"),
-                "proofs_per_device": self.report.get("proofs"), "vram_bytes": self.report.get("vram_bytes"), "alive": alive, "restarts": self.restarts,
+                "proofs_per_device": self.report.get("proofs"), "vram_bytes": self.report.get("vram_bytes"), "alive": alive, "restarts": self.restarts, "key_loads": self.key_loads,
                 "last_exit": self.last_exit, "jobs": self.jobs()}
 
 
@@ -348,6 +359,20 @@ class DeviceProcesses:
     def cancel(self, job_id: str) -> None:
         for child in self.children:
             child.cancel(job_id)
+
+    def drop(self, name: str, path) -> None:
+        """Every process frees its copy of key ``name`` loaded from ``path`` (``KeyManager.attach_provers``)."""
+        for child in self.children:
+            child.drop(name, str(path))
+
+    def pids(self) -> list[int]:
+        """The processes the jobs' memory is in (admission measures their resident peaks)."""
+        return [child.pid for child in self.children if child.pid is not None]
+
+    def loads_total(self) -> int:
+        """Key loads in the processes, and their restarts (a restarted process loads its keys again, its first jobs
+        pay its warm-up): admission does not measure a window in which one happened."""
+        return sum(child.key_loads + child.restarts for child in self.children)
 
     def rss_bytes(self) -> int:
         """What the kernel charges the children as resident (the runtime reading counts it with the parent's)."""

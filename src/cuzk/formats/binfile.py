@@ -164,6 +164,14 @@ class BinFile:
             return np.zeros(shape, dtype=dtype)
         return np.frombuffer(self._map(), dtype=dtype, count=count, offset=sec.offset + offset).reshape(shape)
 
+    def drop_resident(self, stype: int, offset: int, length: int) -> None:
+        """Take (part of) a section's pages out of this process's resident set (madvise DONTNEED on the mapping): a
+        later read of them faults them back in from the page cache, which keeps them."""
+        sec = self.section(stype)
+        start = sec.offset + offset
+        aligned = start - start % mmap.PAGESIZE
+        self._map().madvise(mmap.MADV_DONTNEED, aligned, start + length - aligned)
+
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
             self._mmap = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)

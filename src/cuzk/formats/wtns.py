@@ -33,8 +33,18 @@ class Witness:
         return self.values.shape[0]
 
 
-def read_wtns(path: str | os.PathLike) -> Witness:
-    """Read and validate a witness: known scalar field, n8 matching it, every value < r."""
+# Values range-checked at a time by a check that keeps none of them resident (``read_wtns(resident=False)``).
+CHECK_CHUNK_BYTES = 8 << 20
+
+
+def read_wtns(path: str | os.PathLike, *, resident: bool = True) -> Witness:
+    """Read and validate a witness: known scalar field, n8 matching it, every value < r.
+
+    ``resident=False`` (a file only checked, as the engine's intake checks the journal's copy): the values are checked
+    ``CHECK_CHUNK_BYTES`` at a time, each chunk's pages taken out of the process's resident set once checked (the page
+    cache keeps them for the worker that maps the file later). Mapped whole, a 128 MiB witness would raise the
+    daemon's resident set by 128 MiB while it is checked, which admission's peak probe would attribute to the jobs
+    running then."""
     with BinFile(path, "wtns", WTNS_VERSION, SECTION_NAMES) as f:
         header = f.read(HEADER)
         if len(header) < 4:
@@ -46,10 +56,21 @@ def read_wtns(path: str | os.PathLike) -> Witness:
         n_values = int.from_bytes(header[4 + n8 :], "little")
         f.expect_size(VALUES, n_values * n8, f"the header's {n_values} values × {n8} bytes")
         values = f.view(VALUES, "<u4", (n_values, n8 // 4))
-        bad = first_not_below(values, curve.r)
+        bad = first_not_below(values, curve.r) if resident else _first_unreduced_dropping(f, values, curve.r, n8)
         if bad is not None:
             raise f.error(VALUES, f"value #{bad} is not reduced modulo the {curve.name} scalar field prime")
         return Witness(Path(path), curve, values)
+
+
+def _first_unreduced_dropping(f: BinFile, values: np.ndarray, r: int, n8: int) -> int | None:
+    rows = max(1, CHECK_CHUNK_BYTES // n8)
+    for start in range(0, len(values), rows):
+        chunk = values[start : start + rows]
+        bad = first_not_below(chunk, r)
+        if bad is not None:
+            return start + bad
+        f.drop_resident(VALUES, start * n8, len(chunk) * n8)
+    return None
 
 
 def wtns_file_size(curve: Curve, n_values: int) -> int:

@@ -180,7 +180,19 @@ class KeyManager:
         # reservation of the largest covers them all (held while any key is homed on the devices).
         self._ring_turns = threading.Lock()
         self._ring_reservation: Reservation | None = None
+        # Copies the prover processes hold of a key leased here at the device tier (``attach_provers``).
+        self._prover_copy: Callable[[ZKeyHeader], int] | None = None
+        self._drop_prover_copy: Callable[[str, Path], object] | None = None
         budget.register_evictor(self.evict_idle)
+
+    def attach_provers(self, copy_bytes: Callable[[ZKeyHeader], int], drop: Callable[[str, Path], object]) -> None:
+        """With ``provers_hold_keys``: each key leased here also reserves the ``copy_bytes`` of it a prover process holds
+        (a CPU worker process's hot copy), and ``drop(name, path)`` tells the provers to free theirs when it goes cold
+        here — so a worker's copy lives no longer than its reservation. Call before any key loads."""
+        self._prover_copy, self._drop_prover_copy = copy_bytes, drop
+
+    def _prover_bytes(self, header: ZKeyHeader, tier: KeyTier) -> int:
+        return self._prover_copy(header) if self._prover_copy is not None and tier is KeyTier.DEVICE else 0
 
     # ---- registration -------------------------------------------------------------------
     def register(self, name: str, path: str | os.PathLike) -> ZKeyHeader:
@@ -228,7 +240,8 @@ class KeyManager:
         """Host bytes ``name`` holds at ``tier`` (default: its home, ``home``)."""
         tier = tier or self.home(name)
         with self._lock:
-            return footprint(self._get(name).header, tier, chunk_bytes=self.chunk_bytes)
+            header = self._get(name).header
+        return footprint(header, tier, chunk_bytes=self.chunk_bytes) + self._prover_bytes(header, tier)
 
     def home(self, name: str) -> KeyTier:
         """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
@@ -379,7 +392,8 @@ class KeyManager:
     def _load(self, entry: _Entry, tier: KeyTier, cancelled: Callable[[], bool] | None) -> None:
         header = entry.header
         label = f"key {entry.name} ({tier.value})"
-        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes), label, cancelled)
+        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes) + self._prover_bytes(header, tier), label,
+                                    cancelled)
         t0 = time.perf_counter()
         try:
             if tier is KeyTier.HOT:
@@ -508,10 +522,12 @@ class KeyManager:
         """Under the lock: mark the entry cold and free its memory. Returns the bytes released."""
         if entry.reservation is None:
             return 0
-        path, buffer, reservation = entry.path, entry.buffer, entry.reservation
+        path, buffer, reservation, tier = entry.path, entry.buffer, entry.reservation, entry.tier
         freed = reservation.nbytes
         self._mark_cold(entry)  # drops the entry's ZKey: with no lease out, nothing else holds its arrays
         self._fit_shared_ring()
+        if self._prover_bytes(entry.header, tier):  # the provers' copies go with this reservation
+            self._drop_prover_copy(entry.name, path)
         self._free(path, buffer, reservation)
         return freed
 

@@ -209,6 +209,21 @@ class MemoryBudget:
             self._live[reservation.id] = reservation
             return True
 
+    def account_resident(self, reservation: Reservation, nbytes: int) -> None:
+        """Add ``nbytes`` that are already resident and charged — memory the reconciler counts as untracked, now
+        named — to a live reservation, even past the free room or behind queued requests: it takes nothing a waiter
+        could be granted, since the reconciler already took those bytes out of the effective total (its
+        ``accounted`` gives them back there)."""
+        self._check_request(nbytes, reservation.category)
+        with self._lock:
+            if reservation.budget is not self:
+                raise ValueError(f"cannot grow {reservation!r}: it belongs to another budget")
+            self._reserved += nbytes
+            self._peak_reserved = max(self._peak_reserved, self._reserved)
+            self._by_category[reservation.category] += nbytes
+            reservation._nbytes += nbytes
+            self._live[reservation.id] = reservation
+
     # -- releasing, limits, evictors -----------------------------------------------------------
 
     def set_effective_limit(self, nbytes: int | None) -> None:

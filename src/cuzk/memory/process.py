@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+from collections.abc import Callable
 
 from .limits import read_status_bytes
 
@@ -36,11 +37,12 @@ def return_free_heap() -> None:
 
 
 class PeakProbe:
-    """The peak of the process's resident memory over an interval, from the kernel's high-water mark.
+    """The peak of the resident memory of this process (and of the processes ``pids`` names) over an interval, from
+    the kernel's high-water marks.
 
     Why the high-water mark: the CPU backend's numba kernels hold the GIL, so a sampling
     thread would not run during the very kernels whose scratch is the peak. ``begin()``
-    resets VmHWM (writing 5 to /proc/self/clear_refs) and returns VmRSS; ``end(baseline)``
+    resets VmHWM (writing 5 to /proc/<pid>/clear_refs) and returns VmRSS; ``end(baseline)``
     returns ``VmHWM − baseline``: how far the resident set rose above the baseline at its peak.
 
     Resident means anonymous memory, shared memory and mapped file pages alike: a job's
@@ -51,36 +53,54 @@ class PeakProbe:
     never measures; memory malloc kept from before and reuses does not raise the figure. It is
     process-wide, so the engine attributes it across the jobs that ran together
     (``engine.admission``). Unavailable (``available`` False) where clear_refs cannot be written.
+
+    ``pids`` (the device worker processes, ``engine.procs``, where the jobs' memory is): their marks are reset and
+    read with this process's, and the figures summed — each process's own peak, so the sum is never below the peak of
+    them together. A process that is replaced between ``begin`` and ``end`` (a worker restarted) makes ``end`` None:
+    that interval cannot be measured.
     """
 
     FIELDS = ("VmHWM", "VmRSS")
 
-    def __init__(self) -> None:
-        self.available = self._reset() and self._read() is not None
+    def __init__(self, pids: Callable[[], list[int]] | None = None) -> None:
+        self._pids = pids
+        self._measured: tuple[int | str, ...] = ()  # the processes the last begin reset
+        self.available = self._reset(("self",)) and self._read(("self",)) is not None
+
+    def _processes(self) -> tuple[int | str, ...]:
+        return ("self", *(self._pids() if self._pids is not None else ()))
 
     @staticmethod
-    def _reset() -> bool:
+    def _reset(processes: tuple[int | str, ...]) -> bool:
         try:
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")
+            for pid in processes:
+                with open(f"/proc/{pid}/clear_refs", "w") as f:
+                    f.write("5")
             return True
         except OSError:
             return False
 
-    def _read(self) -> dict[str, int] | None:
-        fields = read_status_bytes(*self.FIELDS)
-        return fields if fields is not None and len(fields) == len(self.FIELDS) else None
+    def _read(self, processes: tuple[int | str, ...]) -> dict[str, int] | None:
+        total = dict.fromkeys(self.FIELDS, 0)
+        for pid in processes:
+            fields = read_status_bytes(*self.FIELDS, pid=pid)
+            if fields is None or len(fields) != len(self.FIELDS):
+                return None
+            for name in self.FIELDS:
+                total[name] += fields[name]
+        return total
 
     def begin(self) -> int | None:
-        """Reset the high-water mark; returns the baseline for ``end`` (the resident set now), None if unavailable."""
-        if not self.available or not self._reset():
+        """Reset the high-water marks; returns the baseline for ``end`` (the resident sets now), None if unavailable."""
+        self._measured = processes = self._processes()
+        if not self.available or not self._reset(processes):
             return None
-        fields = self._read()
+        fields = self._read(processes)
         return None if fields is None else fields["VmRSS"]
 
     def end(self, baseline: int | None) -> int | None:
-        """Bytes the resident set rose above ``baseline`` at its peak since the last ``begin``."""
-        if baseline is None:
+        """Bytes the resident sets rose above ``baseline`` at their peaks since the last ``begin``."""
+        if baseline is None or self._processes() != self._measured:
             return None
-        fields = self._read()
+        fields = self._read(self._measured)
         return None if fields is None else max(0, fields["VmHWM"] - baseline)

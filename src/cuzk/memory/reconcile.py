@@ -159,6 +159,14 @@ class Reconciler:
             self.peak_untracked_bytes = max(self.peak_untracked_bytes, reading.untracked_bytes)
         return reading
 
+    def accounted(self, nbytes: int) -> ReconcileReading:
+        """``nbytes`` the budget now reserves were resident and untracked until now (``MemoryBudget.account_resident``:
+        the engine's runtime measured and reserved): the recovery window's figures drop by them, so the effective total
+        gives them back at once instead of holding them out twice for ``recover_after_s``. Samples at once."""
+        with self._lock:
+            self._window = deque((t, max(0, u - nbytes)) for t, u in self._window)
+        return self.sample()
+
     def start(self) -> "Reconciler":
         if self._thread is None:
             self.sample()

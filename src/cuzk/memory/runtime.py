@@ -13,7 +13,17 @@ promises room the process itself already uses. So the engine measures itself and
   engine's housekeeping ticks, and the moment admission sees the last running job end), the same
   figure again, growing the reservation when it rose by more than ``step_bytes`` (numba
   compiles and maps its kernels on the first proof of each kind). It never shrinks: code and
-  interpreter arenas stay.
+  interpreter arenas stay;
+- and when a job waits for memory while no job runs and no key loads (``waiting``: admission,
+  before it would refuse the job as stuck): the engine is idle but for the waiter, so the figure
+  is as good, and a growth then is accounted even behind the waiter and past the free room
+  (``MemoryBudget.account_resident``): those bytes are resident already, counted by the
+  reconciler as untracked, so naming them takes nothing the waiter could have had. Without it
+  the runtime measured at a restart, before the replayed jobs, stayed at its cold figure while
+  they waited.
+
+Every growth is reported to ``on_accounted`` (the reconciler's ``accounted``), which stops counting
+those bytes as untracked at once.
 
 Measured idle, ``VmRSS − (reserved − runtime)`` is what the process holds beyond its
 reservations; a reservation not yet resident (a key still streaming in, a mapping not yet
@@ -38,10 +48,12 @@ CATEGORY = "runtime"
 
 
 class RuntimeReservation:
-    def __init__(self, budget: MemoryBudget, *, step_bytes: int = 8 * MiB, rss: Callable[[], int] = read_rss_bytes):
+    def __init__(self, budget: MemoryBudget, *, step_bytes: int = 8 * MiB, rss: Callable[[], int] = read_rss_bytes,
+                 on_accounted: Callable[[int], object] | None = None):
         self.budget = budget
         self.step_bytes = step_bytes
         self._rss = rss
+        self._on_accounted = on_accounted
         self.reservation: Reservation = budget.try_acquire(0, CATEGORY, label="engine runtime")
         if self.reservation is None:
             raise RuntimeError("the runtime reservation must be taken before anything queues on the budget")
@@ -57,17 +69,23 @@ class RuntimeReservation:
         """What this process holds beyond its reservations now (meaningful when the engine is idle)."""
         return max(0, self._rss() - (self.budget.reserved_bytes - self.reservation.nbytes))
 
-    def update(self) -> int:
-        """Measure (call when idle) and grow the reservation to match; returns the bytes added."""
+    def update(self, *, waiting: bool = False) -> int:
+        """Measure (call when idle; ``waiting``: idle but for a job waiting for memory, module docstring) and grow the
+        reservation to match; returns the bytes added."""
         with self._updating:  # two measurements at once would both add the same growth
             self.measured_bytes = self.unreserved_bytes()
             grow = self.measured_bytes - self.reservation.nbytes
-            if grow < self.step_bytes and self.reservation.nbytes:
+            if grow <= 0 or (grow < self.step_bytes and self.reservation.nbytes):
                 return 0
-            if grow <= 0 or not self.budget.try_grow(self.reservation, grow):
+            if waiting:
+                self.budget.account_resident(self.reservation, grow)
+            elif not self.budget.try_grow(self.reservation, grow):
                 return 0
-        log.info("engine runtime memory: %s reserved (measured %s resident beyond reservations)",
-                 format_size(self.reservation.nbytes), format_size(self.measured_bytes))
+        log.info("engine runtime memory: %s reserved (measured %s resident beyond reservations%s)",
+                 format_size(self.reservation.nbytes), format_size(self.measured_bytes),
+                 ", while a job waited for memory" if waiting else "")
+        if self._on_accounted is not None:
+            self._on_accounted(grow)
         return grow
 
     def close(self) -> None:

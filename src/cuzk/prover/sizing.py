@@ -8,8 +8,10 @@ the engine runs ``proofs_in_flight`` proofs at once on each device. Every figure
 over the key's header (N = domain size, E = bytes per Fr element, V = number of signals) and
 follows what ``prover.groth16`` allocates:
 
-- witness: the job's .wtns values, memory-mapped and read in full, plus the aligned copy a
-  kernel may take of them — 2·V·E;
+- witness: the job's .wtns values, the journal's file memory-mapped and read in full — V·E, once:
+  no path copies it on the host (the values are a contiguous view the kernels read in place,
+  ``as_u64`` is a view, and a device's upload stages it through the pinned pool, whose buffers
+  hold their own reservation, or copies straight from the mapping);
 - a/b/c phase: A·w and B·w come from synthesis as two halves of one allocation (2·N·E,
   freed only when both are), C = A∘B (N·E), and while one vector is interpolated and
   evaluated on the coset, its inverse-NTT output, the coset-scaled copy and the transform's
@@ -39,10 +41,10 @@ follows what ``prover.groth16`` allocates:
 
 The host reservation is released in two phases: the a/b/c part when the prover reports
 those vectors freed, the rest when the job ends. A measured peak for the circuit on the same
-path (backend, device vectors, device synthesis) calibrates the estimate into [1, 1.2]× the
+path (backend, device vectors, device synthesis) calibrates the estimate into [1, 1.05]× the
 peak (``CALIBRATION_HEADROOM``): raised to it when the estimate is below it — the estimate
 covers what the prover allocates, the measurement what it cannot see (allocator slack, backend
-temporaries) — and lowered to 1.2× it when the estimate is above that — the arithmetic is a
+temporaries) — and lowered to 1.05× it when the estimate is above that — the arithmetic is a
 worst case (every temporary alive at once, the CPU MSM's scratch bound) that the kernel was
 seen not to charge, and reserving it would run fewer jobs than fit. Lowering takes from the
 a/b/c phase first, so what stays reserved after phase one still covers the MSM phase.
@@ -71,8 +73,12 @@ THREAD_SLACK_BYTES = 512 << 10
 # side (one GIL issuing every lane's launches, synthesis feeding them) is the limit, while every lane costs a
 # synthesized job's host memory waiting for it and a stream whose freed blocks CuPy's pool keeps for that stream.
 MAX_PROOFS_PER_DEVICE = 4
-# A calibrated reservation is at most this many times the circuit's measured peak (and never below it).
-CALIBRATION_HEADROOM = 1.2
+# A calibrated reservation is at most this many times the circuit's measured peak (and never below it). The peak is
+# the largest per-job figure of every measured window, so little headroom is needed: 5 % covers the kernel's lagging
+# RSS counters (up to 64 pages per thread) and allocator variance. At 1.05, under a 288 MiB v1 cgroup limit that the
+# budget nearly filled (benchmarks/memory_limit.py, sha256_32B, 60 jobs / 6, two rounds): no OOM kill, peak charged ÷
+# peak reserved 0.87–0.90.
+CALIBRATION_HEADROOM = 1.05
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
         raise ValueError("synthesis and the proof's vectors are on a device only for a proof on a device")
     E, N, V = header.n8r, header.domain_size, header.n_vars
     ab = 0 if device_synthesis else 2 * N * E
-    rest = 2 * V * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    rest = V * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
     if device_vectors:
         abc = ab  # the a/b halves until they are uploaded; C, the NTTs' outputs and H are made on the device
     else:
