@@ -11,6 +11,7 @@
 template <class P>
 struct alignas(16) Fp {
     static constexpr int N = P::N;
+    static_assert(N % 2 == 0, "mul works on pairs of limbs");
     u32 v[N];
 
     CUZK_HD static Fp zero() {
