@@ -83,10 +83,8 @@ SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launc
 # work, is their time; above it a graph's buffers would hold more VRAM than its launches cost.
 GRAPH_MAX_POINTS = 1 << 18
 # Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
-# tree, once an MSM has this many entries (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24). Below, the
-# tree joins them all; GPU_NOTES v7's sweep found one thread per bucket faster from 2^16 points too, after its last run.
+# tree (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24, 1.52 -> 1.41 ms at 2^16; GPU_NOTES v7).
 SEQ_JOIN_SPAN = 16
-SEQ_JOIN_MIN_ENTRIES = 1 << 22
 
 
 @cache
@@ -190,7 +188,7 @@ class SortShape:
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
-        seq_span = seq_span or (SEQ_JOIN_SPAN if entries >= SEQ_JOIN_MIN_ENTRIES else 1)
+        seq_span = seq_span or SEQ_JOIN_SPAN
         if table:
             threads = 1 << (min(MAX_REDUCTION_THREADS, REDUCTION_SMEM_BYTES // (4 * sum_words)).bit_length() - 1)
             log_g, pieces, _ = reduction_plan(log_b, threads)

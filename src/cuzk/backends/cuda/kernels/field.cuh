@@ -11,6 +11,7 @@
 template <class P>
 struct alignas(16) Fp {
     static constexpr int N = P::N;
+    static_assert(N % 2 == 0, "mul works on pairs of limbs");
     u32 v[N];
 
     CUZK_HD static Fp zero() {
@@ -80,50 +81,72 @@ struct alignas(16) Fp {
     }
     CUZK_OUTLINE static Fp mul_outlined(const Fp& a, const Fp& b) { return mul(a, b); }
 
-    // Montgomery product a·b·R^-1 mod p: CIOS over 32-bit words, each row one lo and one hi
-    // carry chain for a·b_i and the same for m·p. The accumulator stays below 2p between rows.
+    // Montgomery product a·b·R^-1 mod p: CIOS over 32-bit words with the accumulator split in two
+    // (sppark's mont_t layout). `e` takes the products of the even limbs of a (and of p), each
+    // (lo, hi) pair at words (2k, 2k+1); `o` those of the odd limbs, one word higher. Every row is
+    // then two carry chains of whole pairs, each pair one IMAD.WIDE.U32 on sm_90, and the row's
+    // shift by a word is a renaming: after it `o` is word-aligned (the next row's even
+    // accumulator) and e[2..] is one word off (the next odd one), with e[1] folded into the chain.
+    // The accumulator T stays below 2p between rows, so with p < 2^(32N-1) T·2^32 fits in N+1
+    // words: the odd chains' top carries are zero and the even chains' carries land in o[N-1].
     CUZK_HD static Fp mul(const Fp& a, const Fp& b) {
-        u32 t[N + 2];
+        u32 e[N], o[N];
 #pragma unroll
-        for (int i = 0; i < N + 2; i++) t[i] = 0;
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            const u32 bi = b.v[i];
-            t[0] = mad_lo_cc(a.v[0], bi, t[0]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j] = madc_lo_cc(a.v[j], bi, t[j]);
-            t[N] = addc_cc(t[N], 0);
-            t[N + 1] = addc(t[N + 1], 0);
-            t[1] = mad_hi_cc(a.v[0], bi, t[1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j + 1] = madc_hi_cc(a.v[j], bi, t[j + 1]);
-            t[N + 1] = addc(t[N + 1], 0);
-
-            const u32 m = t[0] * P::INV;
-            t[0] = mad_lo_cc(m, P::p(0), t[0]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j] = madc_lo_cc(m, P::p(j), t[j]);
-            t[N] = addc_cc(t[N], 0);
-            t[N + 1] = addc(t[N + 1], 0);
-            t[1] = mad_hi_cc(m, P::p(0), t[1]);
-#pragma unroll
-            for (int j = 1; j < N; j++) t[j + 1] = madc_hi_cc(m, P::p(j), t[j + 1]);
-            t[N + 1] = addc(t[N + 1], 0);
-#pragma unroll
-            for (int j = 0; j < N + 1; j++) t[j] = t[j + 1];
-            t[N + 1] = 0;
+        for (int j = 0; j < N; j += 2) {
+            const u64 even = (u64)a.v[j] * b.v[0], odd = (u64)a.v[j + 1] * b.v[0];
+            e[j] = (u32)even;
+            e[j + 1] = (u32)(even >> 32);
+            o[j] = (u32)odd;
+            o[j + 1] = (u32)(odd >> 32);
         }
-        // t < 2p: subtract p once unless that borrows.
+        reduce_row(e, o);
+#pragma unroll
+        for (int i = 1; i < N; i++) {
+            const u32 bi = b.v[i];
+            u32 n[N];
+            // n = e[2..] + odd products (one word off); o = o + e[1] + even products.
+            o[0] = add_cc(o[0], e[1]);
+#pragma unroll
+            for (int j = 0; j < N - 2; j += 2) madc_wide_cc(n[j], n[j + 1], a.v[j + 1], bi, e[j + 2], e[j + 3]);
+            madc_wide(n[N - 2], n[N - 1], a.v[N - 1], bi);
+            mad_wide_cc(o[0], o[1], a.v[0], bi);
+#pragma unroll
+            for (int j = 2; j < N; j += 2) madc_wide_cc(o[j], o[j + 1], a.v[j], bi, o[j], o[j + 1]);
+            n[N - 1] = addc(n[N - 1], 0);
+            reduce_row(o, n);
+#pragma unroll
+            for (int j = 0; j < N; j++) {
+                e[j] = o[j];
+                o[j] = n[j];
+            }
+        }
+        // T = e/2^32 + o (e[0] is 0 after the last reduction), T < 2p < 2^(32N): subtract p once
+        // unless that borrows.
         Fp r, s;
+        r.v[0] = add_cc(o[0], e[1]);
 #pragma unroll
-        for (int i = 0; i < N; i++) r.v[i] = t[i];
-        s.v[0] = sub_cc(t[0], P::p(0));
+        for (int j = 1; j < N - 1; j++) r.v[j] = addc_cc(o[j], e[j + 1]);
+        r.v[N - 1] = addc(o[N - 1], 0);
+        s.v[0] = sub_cc(r.v[0], P::p(0));
 #pragma unroll
-        for (int i = 1; i < N; i++) s.v[i] = subc_cc(t[i], P::p(i));
-        const u32 borrow = subc(t[N], 0);
+        for (int i = 1; i < N; i++) s.v[i] = subc_cc(r.v[i], P::p(i));
+        const u32 borrow = subc(0, 0);
 #pragma unroll
         for (int i = 0; i < N; i++) r.v[i] = borrow ? r.v[i] : s.v[i];
         return r;
+    }
+
+    // One Montgomery reduction step on the split accumulator: m = e[0]·(-p^-1) makes e[0] zero
+    // once m·p is added, the odd limbs of p into o, the even ones into e, e's top carry into o.
+    CUZK_HD static void reduce_row(u32* e, u32* o) {
+        const u32 m = e[0] * P::INV;
+        mad_wide_cc(o[0], o[1], P::p(1), m);
+#pragma unroll
+        for (int j = 2; j < N; j += 2) madc_wide_cc(o[j], o[j + 1], P::p(j + 1), m, o[j], o[j + 1]);
+        mad_wide_cc(e[0], e[1], P::p(0), m);
+#pragma unroll
+        for (int j = 2; j < N; j += 2) madc_wide_cc(e[j], e[j + 1], P::p(j), m, e[j], e[j + 1]);
+        o[N - 1] = addc(o[N - 1], 0);
     }
 
     CUZK_HD Fp sqr() const { return *this * *this; }
