@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import numba
 import pytest
 
 from conftest import snarkjs_verify
@@ -18,8 +17,8 @@ from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.prover.groth16 import prove_synthesized, synthesize as synthesize_witness
-from cuzk.prover.sizing import (ABC_VECTORS, THREAD_SLACK_BYTES, bases_bytes, device_vector_bytes,
-                                holds_device_vectors, host_working_set, proof_vram_bytes)
+from cuzk.prover.sizing import (ABC_VECTORS, bases_bytes, device_vector_bytes,
+                                holds_device_vectors, host_working_set, proof_vram_bytes, slack_bytes)
 from cuzk.prover.verify import verify, vkey_from_zkey
 from test_multi_device import emulated
 from test_proofs_in_flight import GateRuntime, NoRoomForVectors, circuit, start_engine, wait_until  # noqa: F401 (circuit: a fixture)
@@ -28,7 +27,7 @@ from test_proofs_in_flight import GateRuntime, NoRoomForVectors, circuit, start_
 def test_the_working_set_of_a_device_vector_job_is_the_documented_arithmetic(circuit):
     h = read_zkey_header(circuit[0])
     E, N, V = h.n8r, h.domain_size, h.n_vars
-    slack = numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    slack = slack_bytes()
     cpu_synthesis = host_working_set(h, on_device=True, device_vectors=True)
     assert (cpu_synthesis.abc_bytes, cpu_synthesis.rest_bytes) == (2 * N * E, V * E + slack)
     assert cpu_synthesis.device_vectors and cpu_synthesis.to_dict()["device_vectors"]

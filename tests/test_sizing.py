@@ -3,7 +3,6 @@ uses, and the peak probe that measures it."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 import pytest
 
@@ -15,8 +14,8 @@ from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.memory.process import PeakProbe, return_free_heap
 from cuzk.prover.groth16 import prove
 from cuzk.prover.setup import setup
-from cuzk.prover.sizing import (ABC_VECTORS, CALIBRATION_HEADROOM, THREAD_SLACK_BYTES, cpu_msm_scratch_bytes,
-                                host_working_set)
+from cuzk.prover.sizing import (ABC_VECTORS, CALIBRATION_HEADROOM, cpu_msm_scratch_bytes,
+                                host_working_set, slack_bytes)
 
 
 @pytest.fixture(scope="module", params=[(BN254, 3000), (BLS12_381, 1500)], ids=["bn254", "bls12_381"])
@@ -35,7 +34,7 @@ def test_estimate_is_the_documented_arithmetic(circuit):
     scratch = max(cpu_msm_scratch_bytes(h, V, 2), cpu_msm_scratch_bytes(h, N, 1))
     ws = host_working_set(h, on_device=False)
     assert ws.abc_bytes == ABC_VECTORS * N * E + N * E + 8 * N
-    assert ws.rest_bytes == V * E + N * E + scratch + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    assert ws.rest_bytes == V * E + N * E + scratch + slack_bytes()
     assert ws.total_bytes == ws.estimated_bytes and ws.measured_bytes is None
     with_r1cs = host_working_set(h, on_device=False, r1cs_path=r1cs)
     assert with_r1cs.total_bytes == ws.total_bytes + 2 * r1cs.stat().st_size
@@ -59,7 +58,7 @@ def test_a_device_proof_reserves_no_host_msm_scratch_or_ntt_tables(circuit):
     E, N, V = h.n8r, h.domain_size, h.n_vars
     host, device = host_working_set(h, on_device=False), host_working_set(h, on_device=True)
     assert device.abc_bytes == ABC_VECTORS * N * E
-    assert device.rest_bytes == V * E + N * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    assert device.rest_bytes == V * E + N * E + slack_bytes()
     assert host.total_bytes - device.total_bytes == N * E + 8 * N + max(cpu_msm_scratch_bytes(h, V, 2), cpu_msm_scratch_bytes(h, N, 1))
 
 

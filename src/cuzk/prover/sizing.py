@@ -35,8 +35,9 @@ follows what ``prover.groth16`` allocates:
   through the host, so such a proof reserves the a/b/c phase and the H scalars as the CPU
   path does (less its NTT tables), 7·N·E + N·E — 5·N·E + N·E when ``device_synthesis``;
 - with an .r1cs to check satisfaction: its parsed CSR arrays, at most twice the file size;
-- allocator slack: each worker thread's malloc arena and stack pages first touched by a job,
-  a fixed THREAD_SLACK_BYTES per thread (an allowance sized from what small proofs were seen to
+- allocator slack (``slack_bytes``): each worker thread's malloc arena and stack pages first
+  touched by a job, a fixed THREAD_SLACK_BYTES per thread, and JOB_SLACK_BYTES for the proof's
+  own objects and the allocator's rounding (allowances sized from what small proofs were seen to
   need beyond the arithmetic, not a measurement of each job).
 
 The host reservation is released in two phases: the a/b/c part when the prover reports
@@ -68,6 +69,9 @@ MSM_MAX_BUCKETS = 1 << 19  # window c <= 20, signed digits: 2^(c-1) buckets
 # 256 KiB per thread was exceeded by up to 0.3 MB (2 threads) by a proof made in a process that had just compiled
 # its numba kernels from a cold cache (tests/test_sizing.py in a fresh clone).
 THREAD_SLACK_BYTES = 512 << 10
+# Once the witness was counted once (not twice), small proofs in a fresh clone peaked up to 0.2 MiB above the
+# arithmetic and the threads' slack (tests/test_sizing.py: 4.00 MB against 3.87 MB estimated at 2^10).
+JOB_SLACK_BYTES = 1 << 20
 # Proofs one device runs at once ("auto"). Two or three in flight fill the gaps one proof leaves on a GPU at small
 # domains (launch latency, each MSM's result read back, the host's synthesis and hand-offs); beyond four the host
 # side (one GIL issuing every lane's launches, synthesis feeding them) is the limit, while every lane costs a
@@ -124,6 +128,11 @@ def proving_path(*, on_device: bool, device_synthesis: bool = False, device_vect
     return "device" + ("+vectors" if device_vectors else "") + ("+synthesis" if device_synthesis else "")
 
 
+def slack_bytes() -> int:
+    """What a proof allocates beyond its vectors and scratch (the module docstring's allocator slack)."""
+    return JOB_SLACK_BYTES + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+
+
 def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: bool = False,
                      device_vectors: bool = False, r1cs_path: str | os.PathLike | None = None,
                      measured_bytes: int | None = None) -> WorkingSet:
@@ -134,7 +143,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
         raise ValueError("synthesis and the proof's vectors are on a device only for a proof on a device")
     E, N, V = header.n8r, header.domain_size, header.n_vars
     ab = 0 if device_synthesis else 2 * N * E
-    rest = V * E + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
+    rest = V * E + slack_bytes()
     if device_vectors:
         abc = ab  # the a/b halves until they are uploaded; C, the NTTs' outputs and H are made on the device
     else:
