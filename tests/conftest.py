@@ -134,3 +134,12 @@ def memory_cgroups():
     yield make
     for cg in reversed(made):
         cg.close()
+
+
+def planned_budget_bytes(room: int = 1 << 30) -> int:
+    """``budget_bytes`` for an engine that plans its own budget inside this test process: it counts the process's
+    resident memory as its own (a daemon's process is the engine), and pytest's can near 1 GiB after many tests;
+    ``room`` is what the jobs get beside it."""
+    from cuzk.memory.limits import read_rss_bytes
+
+    return read_rss_bytes() + room

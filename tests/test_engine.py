@@ -556,11 +556,11 @@ def test_the_engines_own_memory_is_measured_and_reserved_while_a_job_waits_for_m
     from cuzk.memory.units import format_size
 
     monkeypatch.setattr(admission_module, "STUCK_WAIT_S", 0.3)
-    from cuzk.memory.limits import read_rss_bytes
+    from conftest import planned_budget_bytes
 
     # The engine plans its budget, so it measures its own memory: this test process's, however large earlier tests left it.
     engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", key_idle_evict_s=0, reconcile=False,
-                                 budget_bytes=read_rss_bytes() + (1 << 30)))
+                                 budget_bytes=planned_budget_bytes()))
     try:
         engine.register_key("small", circuits["small"].zkey)
         before = engine.runtime.nbytes

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, snarkjs_verify_all
+from conftest import REPO, planned_budget_bytes, snarkjs_verify_all
 from test_engine import write_result
 from cuzk.backends import get_backend
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
@@ -283,7 +283,7 @@ def poison(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def engine_with(tmp_path, circuits, backends, **config) -> Engine:
-    engine = Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=planned_budget_bytes(), reconcile=False, measure_peaks=False,
                                  synth_workers=2, keys={n: str(z) for n, (z, _) in circuits.items()}, **config),
                     backends=backends)
     return engine.start()
@@ -425,7 +425,7 @@ def test_devices_setting_from_the_daemon_config(tmp_path):
 
 def test_synth_workers_auto_keeps_a_job_ready_for_every_proving_slot(tmp_path):
     def workers(backends, **config) -> int:
-        engine = Engine(EngineConfig(data_dir=tmp_path / f"d{len(backends)}{config}", budget_bytes=1 << 30, reconcile=False,
+        engine = Engine(EngineConfig(data_dir=tmp_path / f"d{len(backends)}{config}", budget_bytes=planned_budget_bytes(), reconcile=False,
                                      measure_peaks=False, **config), backends=backends)
         try:
             return engine.synth_workers

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import snarkjs_verify_all
+from conftest import planned_budget_bytes, snarkjs_verify_all
 from test_engine import write_result
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, VramExhaustedError, available
 from cuzk.circuits.synthetic import synthesize, write_synthetic
@@ -47,7 +47,7 @@ def circuit(tmp_path_factory) -> tuple[Path, Path]:
 
 def start_engine(tmp_path: Path, circuit, backends, **config) -> Engine:
     config = {"synth_workers": 3, **config}
-    return Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,
+    return Engine(EngineConfig(data_dir=tmp_path / "data", budget_bytes=planned_budget_bytes(), reconcile=False, measure_peaks=False,
                                keys={"c": str(circuit[0])}, **config), backends=backends).start()
 
 

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import snarkjs_verify
+from conftest import planned_budget_bytes, snarkjs_verify
 from cuzk.backends.cpu.synth import SynthesisInputError, evaluate_ab
 from cuzk.backends.cuda import CudaBackend, HostRuntime, VramBudget, available
 from cuzk.backends.cuda.modules import host_compiler
@@ -193,7 +193,7 @@ def test_a_deferred_jobs_host_working_set_has_no_ab_halves(circuit):
 
 
 def _engine(tmp_path, zkey_path, backends) -> Engine:
-    config = EngineConfig(data_dir=tmp_path / "data", budget_bytes=1 << 30, reconcile=False, measure_peaks=False,
+    config = EngineConfig(data_dir=tmp_path / "data", budget_bytes=planned_budget_bytes(), reconcile=False, measure_peaks=False,
                           synth_workers=1, keys={"k": str(zkey_path)})
     return Engine(config, backends=backends).start()
 
