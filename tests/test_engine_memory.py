@@ -136,10 +136,11 @@ def test_a_job_waiting_for_a_key_held_by_queued_work_does_not_deadlock(make_engi
 
 def test_the_engines_own_memory_is_reserved_as_runtime_so_little_stays_untracked(circuits, tmp_path):
     """An engine-made budget holds the process itself (interpreter, numba's code) under "runtime", measured while idle."""
+    from conftest import planned_budget_bytes
     from cuzk.memory.limits import read_rss_bytes
-    from cuzk.memory.units import GiB, MiB
+    from cuzk.memory.units import MiB
 
-    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", budget_bytes=2 * GiB, housekeeping_interval_s=0.05)
+    config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", budget_bytes=planned_budget_bytes(), housekeeping_interval_s=0.05)
     with Engine(config) as engine:
         at_start = engine.status()["runtime"]["reserved_bytes"]
         assert at_start > 20 * MiB  # the interpreter and its libraries, measured at start
