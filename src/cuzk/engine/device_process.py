@@ -215,14 +215,12 @@ class DeviceChild:
             return zkey, held
 
     def _drop(self, name: str, path: str) -> None:
-        """Free the copy of key ``name`` loaded from ``path`` (the parent's reservation of it went back): the jobs
-        proving with it keep it until they end."""
+        """Free the hot copy of key ``name`` loaded from ``path`` (the parent's reservation of it went back; only a CPU
+        process is told, ``KeyManager.attach_provers``): the jobs proving with it keep it until they end."""
         with self._keys_lock:
             kept = self._keys.get(name)
             if kept is not None and kept[0] == Path(path):
                 del self._keys[name]
-                if self.on_device:
-                    self.device_keys.drop(name)
 
     def _prove(self, job_id: str, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
         """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w

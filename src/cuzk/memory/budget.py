@@ -196,17 +196,11 @@ class MemoryBudget:
 
     def try_grow(self, reservation: Reservation, nbytes: int) -> bool:
         """Add ``nbytes`` to a live reservation if they fit now and nobody is queued; never waits, never evicts."""
-        self._check_request(nbytes, reservation.category)
+        self._check_grow(reservation, nbytes)
         with self._lock:
-            if reservation.budget is not self:
-                raise ValueError(f"cannot grow {reservation!r}: it belongs to another budget")
             if self._queue or nbytes > self._effective - self._reserved:
                 return False
-            self._reserved += nbytes
-            self._peak_reserved = max(self._peak_reserved, self._reserved)
-            self._by_category[reservation.category] += nbytes
-            reservation._nbytes += nbytes
-            self._live[reservation.id] = reservation
+            self._grow_locked(reservation, nbytes)
             return True
 
     def account_resident(self, reservation: Reservation, nbytes: int) -> None:
@@ -214,15 +208,21 @@ class MemoryBudget:
         named — to a live reservation, even past the free room or behind queued requests: it takes nothing a waiter
         could be granted, since the reconciler already took those bytes out of the effective total (its
         ``accounted`` gives them back there)."""
-        self._check_request(nbytes, reservation.category)
+        self._check_grow(reservation, nbytes)
         with self._lock:
-            if reservation.budget is not self:
-                raise ValueError(f"cannot grow {reservation!r}: it belongs to another budget")
-            self._reserved += nbytes
-            self._peak_reserved = max(self._peak_reserved, self._reserved)
-            self._by_category[reservation.category] += nbytes
-            reservation._nbytes += nbytes
-            self._live[reservation.id] = reservation
+            self._grow_locked(reservation, nbytes)
+
+    def _check_grow(self, reservation: Reservation, nbytes: int) -> None:
+        self._check_request(nbytes, reservation.category)
+        if reservation.budget is not self:
+            raise ValueError(f"cannot grow {reservation!r}: it belongs to another budget")
+
+    def _grow_locked(self, reservation: Reservation, nbytes: int) -> None:
+        self._reserved += nbytes
+        self._peak_reserved = max(self._peak_reserved, self._reserved)
+        self._by_category[reservation.category] += nbytes
+        reservation._nbytes += nbytes
+        self._live[reservation.id] = reservation
 
     # -- releasing, limits, evictors -----------------------------------------------------------
 
