@@ -13,7 +13,7 @@ export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 CUZK_CUDA_PREBUILT=$PWD/.gpurun/cu
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT /tmp/res
 find src -name '*.py' -exec touch -d '2026-01-01 00:00:00' {} +   # numba's cache keys on source mtime
 [ -f .gpurun/numba.tgz ] && tar xzf .gpurun/numba.tgz && echo "numba cache restored"
-[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+[ -d .whl ] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH
 # One numba cache for the warm-up, the tests (tests/conftest.py picks the same) and the daemons they start.
 export NUMBA_CACHE_DIR=$(python3 -c "from cuzk.jit_cache import cache_dir; print(cache_dir('$PWD/.cache'))")
 python3 -c "import numba, numpy as np; f=numba.njit(parallel=True)(lambda a: a.sum()); f(np.ones(4)); print('numba threading layer', numba.threading_layer())"
@@ -48,10 +48,11 @@ for s in "$@"; do
     ladder) step ladder ${T_LADDER:-500} python3 benchmarks/ladder.py ${LADDER_ARGS} ;;
     lbench*)  # cuzk bench on a ladder rung (run 'ladder' with --dir /tmp/ladder first): lbench-<logn>-<jobs>-<concurrency>-<synth workers>[-<tag>]
       # tags, joined by '+': memN runs the daemon under a cgroup limit of N MiB, kN with proofs_per_device = N, procs with device_processes = true
+      # SPY="--gil" (or " "): py-spy (a wheel in .whl) samples the bench and the daemon's processes into /tmp/res/<step>.spy (collapsed stacks)
       IFS=- read -r _ n j c w tag <<< "$s"; r=/tmp/ladder/bn128/2^$n; extra=()
       for part in ${tag//+/ }; do case $part in mem*) extra+=(--memory-limit ${part#mem}MiB) ;; k[0-9]*) extra+=(--engine proofs_per_device=${part#k}) ;;
         procs) extra+=(--engine device_processes=true) ;; esac; done
-      step $s ${T_BENCH:-150} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
+      step $s ${T_BENCH:-150} ${SPY:+py-spy record $SPY --subprocesses --format raw --rate 100 --output /tmp/res/$s.spy --} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
         --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} --out /tmp/res/$s --no-progress --no-plot ;;
     mlimit*)  # benchmarks/memory_limit.py on a ladder rung: one cuzk bench unlimited, then under a limit of N MiB; ratios printed
       # mlimit-<logn>-<jobs>-<concurrency>-<synth workers>-<limit MiB>[-procs]  (procs: device_processes = true)

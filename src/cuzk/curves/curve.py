@@ -7,6 +7,7 @@ readers, backends, CUDA constants — derives from these values and never retype
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cache
 
 from .ec import WeierstrassGroup
 from .field import PrimeField, QuadraticExtension
@@ -56,9 +57,13 @@ class Curve:
         """
         if not 0 <= log_n <= self.fr_two_adicity:
             raise ValueError(f"{self.name}: no 2^{log_n} root of unity in Fr")
-        r = self.Fr.p
-        t = (r - 1) >> self.fr_two_adicity
-        w = pow(self.fr_nqr, t, r)
-        for _ in range(self.fr_two_adicity - log_n):
-            w = w * w % r
-        return w
+        return _root_of_unity(self.Fr.p, self.fr_nqr, self.fr_two_adicity, log_n)
+
+
+@cache
+def _root_of_unity(r: int, nqr: int, two_adicity: int, log_n: int) -> int:
+    """nqr^((r-1)/2^log_n) mod r, remembered: every proof asks for its domain's root (a pow and up to 28 squarings)."""
+    w = pow(nqr, (r - 1) >> two_adicity, r)
+    for _ in range(two_adicity - log_n):
+        w = w * w % r
+    return w

@@ -54,6 +54,7 @@ class CudaNtt:
         self._twiddles: dict[str, tuple[int, object, object, VramReservation]] = {}
         self._coset_tables: dict[tuple[str, int], tuple[int, object, object, VramReservation]] = {}
         self._outgrown: list[tuple] = []  # tables replaced by larger ones: see the module docstring
+        self._inverse_factors: dict[tuple[str, int], object] = {}
 
     def _fr_rows(self, curve: Curve, values: list[int]):
         from ...formats.limbs import ints_to_limbs
@@ -86,6 +87,18 @@ class CudaNtt:
         mod = self.runtime.module(curve, "ntt")
         self.runtime.launch(mod, "fr_pow_table", grid(count), THREADS, (self._fr_rows(curve, pows), np.uint64(count), out))
         return out
+
+    def _inverse_factor(self, curve: Curve, m: int):
+        """1/2^m (Montgomery) as a device row, uploaded once: a per-transform upload was a synchronous copy (and GIL
+        time) six times a proof. 32 bytes each, at most one per curve and size: not worth a VRAM reservation."""
+        key = (curve.name, m)
+        with self._lock:
+            row = self._inverse_factors.get(key)
+            if row is None:
+                row = self._fr_rows(curve, [curve.Fr.to_mont(pow(1 << m, -1, curve.r))])
+                self.runtime.synchronize_stream()  # other lanes' streams read it from now on (as _publish does)
+                self._inverse_factors[key] = row
+        return row
 
     def _twiddle_tables(self, curve: Curve, m: int):
         """(log size M >= m, forward table, inverse table) of w_M^(±i), i < 2^(M-1), cached per curve."""
@@ -162,7 +175,7 @@ class CudaNtt:
                  np.uint32(log_t), np.uint32(log_max - m), np.uint32(shift is not None and s0 == 0), hi, lo),
                 shared_bytes=elements * curve.Fr.n8,
             )
-        factor = self._fr_rows(curve, [curve.Fr.to_mont(pow(n, -1, curve.r))])
+        factor = self._inverse_factor(curve, m) if inverse else data  # not read by a forward transform
         tile_log = min(BITREV_TILE_LOG, m // 2)
         self.runtime.launch(mod, "ntt_bitrev", 1 << (m - 2 * tile_log), THREADS, (data, np.uint32(m), np.uint32(tile_log), np.uint32(inverse), factor),
                             shared_bytes=2 * (1 << tile_log) * ((1 << tile_log) + 1) * curve.Fr.n8)
