@@ -152,8 +152,17 @@ class DeviceBackend(Backend, Protocol):
 
 
 def is_device_backend(backend) -> bool:
-    """Whether ``backend`` has memory of its own (a ``DeviceBackend``: CUDA); the CPU backend proves from host memory."""
-    return isinstance(backend, DeviceBackend)
+    """Whether ``backend`` has memory of its own (a ``DeviceBackend``: CUDA); the CPU backend proves from host memory.
+
+    Answered once per class: a runtime protocol check inspects every member (tens of µs, several times a proof)."""
+    kind = type(backend)
+    answer = _DEVICE_BACKEND_CLASSES.get(kind)
+    if answer is None:
+        answer = _DEVICE_BACKEND_CLASSES[kind] = isinstance(backend, DeviceBackend)
+    return answer
+
+
+_DEVICE_BACKEND_CLASSES: dict[type, bool] = {}
 
 
 def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:
