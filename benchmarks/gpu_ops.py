@@ -8,6 +8,7 @@
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 16 --ops msm_g1 --chunk-sweep 8,16,32   # entries per thread
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 20 --ops msm_g1 --join-sweep 1,4,16   # cut buckets one thread joins
     PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 24 --ops ntt --ntt-block-sweep 9,10,11   # NTT elements per block
+    PYTHONPATH=src python3 benchmarks/gpu_ops.py --sizes 24 --curves bls12_381 --ops msm_g1 --accumulate-block-sweep 64,128,256
 
 Inputs are made on the device so that 2^24-point runs need no host-side curve arithmetic:
 bases P_i = B + i·A for random multiples A = a·G, B = b·G (a small kernel appended to the
@@ -208,7 +209,7 @@ def bench_host_bases(curve, group, host_bases, scalars, chunks: int, expected) -
 
 
 def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, host_bases_chunks: int = 0, table_sweep=(),
-              chunk_sweep=(), join_sweep=()):
+              chunk_sweep=(), join_sweep=(), accumulate_block_sweep=()):
     import cupy
 
     n = 1 << log_n
@@ -278,6 +279,8 @@ def bench_msm(backend, timer, curve, group, log_n, rng, cpu, cpu_max_log, rows, 
         row["chunk_sweep_ms"] = sweep("chunk_len", chunk_sweep, 0)
     if join_sweep:  # other widest buckets joined by one thread (1: the pairwise tree joins all)
         row["join_sweep_ms"] = sweep("join_span", join_sweep, 0)
+    if accumulate_block_sweep:  # other blocks of the accumulation (more warps per SM where registers allow)
+        row["accumulate_block_sweep_ms"] = sweep("accumulate_threads", accumulate_block_sweep, backend.msm.accumulate_threads)
     t_host, _ = timer(lambda: fn(curve, resident, scalars_host), 1)
     row["ms_scalars_from_host"] = t_host
     # A circom-like witness: half zeros, a third ones, the rest random.
@@ -363,6 +366,7 @@ def main(argv=None) -> int:
     ap.add_argument("--chunk-sweep", metavar="L,L,...", help="also time each MSM with L sorted entries per accumulating thread")
     ap.add_argument("--ntt-block-sweep", metavar="B,B,...", help="also time each NTT with 2^B elements per shared-memory block")
     ap.add_argument("--join-sweep", metavar="S,S,...", help="also time each MSM with cut buckets of up to S chunks joined by one thread")
+    ap.add_argument("--accumulate-block-sweep", metavar="T,T,...", help="also time each MSM with T threads per block of the accumulation")
     ap.add_argument("--proofs", type=Path, help="corpus directory: prove each circuit (and write the proofs with --out)")
     ap.add_argument("--out", type=Path, help="write all rows (and proofs) as JSON here")
     ap.add_argument("--prebuild", type=Path, help="nvcc-build every module (and the benchmark's) into this directory, then exit")
@@ -404,7 +408,8 @@ def main(argv=None) -> int:
                     bench_msm(backend, timer, curve, group, log_n, rng, cpu, args.cpu_max_log, rows, args.host_bases,
                               [int(c) for c in args.table_sweep.split(",")] if args.table_sweep else (),
                               [int(v) for v in args.chunk_sweep.split(",")] if args.chunk_sweep else (),
-                              [int(v) for v in args.join_sweep.split(",")] if args.join_sweep else ())
+                              [int(v) for v in args.join_sweep.split(",")] if args.join_sweep else (),
+                              [int(v) for v in args.accumulate_block_sweep.split(",")] if args.accumulate_block_sweep else ())
             if "synth" in ops:
                 bench_synth(backend, timer, curve, log_n, rows)
     if args.proofs:

@@ -279,6 +279,18 @@ def test_msm_cut_buckets_joined_by_one_thread_or_the_tree(backend, curve, join_s
     resident.free()
 
 
+@pytest.mark.parametrize("curve", CURVES)
+def test_msm_accumulation_in_smaller_blocks(backend, curve, monkeypatch):
+    """The accumulation launched in blocks of 32 threads (the benchmarks' accumulate_threads sweep): same sums."""
+    monkeypatch.setattr(backend.msm, "accumulate_threads", 32)
+    G, n = curve.G1, 300
+    host = bases_array(curve, "g1", multiples(G, G.generator, 1, n))
+    rng = random.Random(5)
+    scalars = [rng.randrange(curve.r) for _ in range(n)]
+    expected = G.mul(G.generator, sum((i + 1) * s for i, s in enumerate(scalars)) % curve.r)
+    assert G.eq(backend.msm_g1(curve, host, ints_to_limbs(scalars, 8)), expected)
+
+
 @pytest.mark.parametrize("group", GROUPS)
 def test_msm_of_nothing_is_infinity(backend, group):
     curve = BN254

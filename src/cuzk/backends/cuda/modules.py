@@ -83,7 +83,10 @@ def prebuild(source: str, directory: Path, arch: str = "sm_90", nvcc: str = "nvc
     """Compile ``source`` to ``directory/<digest>.cubin`` with nvcc (a machine without a GPU can do this).
 
     CupyRuntime loads such a cubin instead of compiling when $CUZK_CUDA_PREBUILT names the
-    directory: it saves the first-use NVRTC compile (tens of seconds per module).
+    directory: it saves the first-use NVRTC compile, which is mostly ptxas on the inlined field
+    products (nvcc 13, one loaded CPU core, GPU_NOTES v8): BN254 msm_g1 ~40-60 s, BLS12-381
+    msm_g1 ~20-27 s (its 12-limb products inline only in the accumulation and bucket joins,
+    field.cuh), msm_g2 ~10 s, ntt, synth and fixed_base a few seconds each.
     """
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / f"{source_digest(source)}.cubin"

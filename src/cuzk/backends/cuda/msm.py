@@ -292,7 +292,8 @@ class CudaMsm:
     reach the many-chunk path at small sizes; ``overlap = False`` turns the prefetching of the
     next chunk off, ``window_tables = False`` keeps resident bases from getting window tables,
     ``table_window = c`` sets the window of the tables built from then on, ``chunk_len`` and ``join_span`` the
-    entries per accumulating thread and the widest cut bucket one thread joins (benchmarks sweep these),
+    entries per accumulating thread and the widest cut bucket one thread joins, ``accumulate_threads`` the block
+    of msm_accumulate_bases (benchmarks sweep these),
     and ``phase_log = []`` records each MSM phase's time in ms (benchmarks).
     """
 
@@ -305,6 +306,9 @@ class CudaMsm:
         self.table_backoff = TABLE_REBUILD_BACKOFF  # MSMs without a table after its first eviction (tests lower it)
         self.chunk_len = 0  # sorted entries per accumulating thread (0: SortShape's rule; benchmarks sweep it)
         self.join_span = 0  # widest cut bucket summed by one thread (0: SortShape's rule; 1: the tree joins all)
+        # Threads per block of msm_accumulate_bases. Above 128 registers a thread (BLS12-381 G1's 172 with its products
+        # inline) a block of 256 leaves one block, 8 warps, per SM where smaller blocks fit more (GPU_NOTES v8).
+        self.accumulate_threads = THREADS
         self.graphs = True  # small window-table MSMs replay captured graphs (False: they launch their kernels each time)
         self.overlap = True
         self.phase_log: list[tuple[str, float]] | None = None
@@ -701,7 +705,7 @@ class CudaMsm:
                 rt.launch(mod, "msm_scatter", blocks, THREADS, (scalars, np.uint64(n), np.uint32(c), np.uint32(window), work.cursor, work.entries))
         self._phase("scatter")
         rt.memset(work.sums, 0)
-        rt.launch(mod, "msm_accumulate_bases", grid(sh.chunks), THREADS,
+        rt.launch(mod, "msm_accumulate_bases", -(-sh.chunks // self.accumulate_threads), self.accumulate_threads,
                   (work.offsets, np.uint32(keys), work.entries, points, np.uint32(sh.chunk_len), work.sums, work.partial_keys, work.partial_sums))
         self._phase("accumulate")
         if sh.seq_span > 1:

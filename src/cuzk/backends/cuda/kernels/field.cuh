@@ -8,7 +8,14 @@
 #pragma once
 #include "ptx.cuh"
 
-template <class P>
+//
+// `Inline` says whether products are inlined where they are used. Narrow fields (8 limbs) always
+// are; a wide field's product (12 limbs, ~400 instructions) is out of line by default, because
+// ptxas compiles every kernel with its own copy of each inlined point formula: a BLS12-381 G1
+// MSM module with every product inline takes ~60-120 s of nvcc/NVRTC against ~4 s. The kernels
+// that make nearly all of an MSM's additions use the inline type instead (group.cuh's HotPoint,
+// HotSum); a call per product costs them the 768-byte stack frame of caller-saved registers.
+template <class P, bool Inline = (P::N <= 8)>
 struct alignas(16) Fp {
     static constexpr int N = P::N;
     static_assert(N % 2 == 0, "mul works on pairs of limbs");
@@ -73,11 +80,9 @@ struct alignas(16) Fp {
 
     CUZK_HD Fp dbl() const { return *this + *this; }
 
-    // Wide fields are multiplied out of line: inlining every 12-limb product of a G2 point
-    // formula makes kernels that take NVRTC many minutes to compile, for little speed.
     CUZK_HD friend Fp operator*(const Fp& a, const Fp& b) {
-        if constexpr (N > 8) return mul_outlined(a, b);
-        else return mul(a, b);
+        if constexpr (Inline) return mul(a, b);
+        else return mul_outlined(a, b);
     }
     CUZK_OUTLINE static Fp mul_outlined(const Fp& a, const Fp& b) { return mul(a, b); }
 

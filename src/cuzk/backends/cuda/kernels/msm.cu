@@ -235,10 +235,10 @@ CUZK_KERNEL void msm_scan_add(u32* offsets, u32* cursor, u32 keys, u32 tile, con
 
 struct BaseEntries {
     const u32* entries;
-    const Point* bases;
-    CUZK_HD Sum add(const Sum& acc, u64 i) const {
+    const HotPoint* bases;
+    CUZK_HD HotSum add(const HotSum& acc, u64 i) const {
         const u32 e = entries[i];
-        Point p = bases[e & ~SIGN_BIT];
+        HotPoint p = bases[e & ~SIGN_BIT];
         if (p.is_infinity()) return acc;
         if (e & SIGN_BIT) p = -p;
         return acc.add_affine(p.x, p.y);
@@ -261,8 +261,8 @@ CUZK_HD u32 bucket_of(const u32* offsets, u32 keys_total, u64 i) {
 // One flat loop over the chunk keeps the warp's additions in step; at a bucket boundary
 // the next bucket is almost always k + 1, whose end was loaded ahead, and a binary search
 // is needed only after empty buckets.
-CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, u64 end, Sum* sums, u32* partial_keys,
-                         Sum* partial_sums, u64 chunk) {
+CUZK_HD void emit_bucket(u32 k, const HotSum& acc, u64 first, u64 stop, u64 start, u64 end, HotSum* sums, u32* partial_keys,
+                         HotSum* partial_sums, u64 chunk) {
     if (first >= start && stop <= end) {
         sums[k] = acc;
     } else {
@@ -273,8 +273,8 @@ CUZK_HD void emit_bucket(u32 k, const Sum& acc, u64 first, u64 stop, u64 start, 
 }
 
 // The entry count is offsets[keys_total] (the grid covers a bound of it, not the count itself).
-CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const Point* bases,
-                                      u32 chunk_len, Sum* sums, u32* partial_keys, Sum* partial_sums) {
+CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const u32* entries, const HotPoint* bases,
+                                      u32 chunk_len, HotSum* sums, u32* partial_keys, HotSum* partial_sums) {
     CUZK_THREADS(tid) {
         const u64 count = offsets[keys_total];
         const u64 chunk = CUZK_GLOBAL_INDEX(tid);
@@ -287,7 +287,7 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
         u32 k = bucket_of(offsets, keys_total, start);
         u64 first = offsets[k], stop = offsets[k + 1];
         u64 next_stop = k + 1 < keys_total ? offsets[k + 2] : stop;
-        Sum acc = Sum::infinity();
+        HotSum acc = HotSum::infinity();
         for (u64 i = start; i < end; i++) {
             if (i == stop) {
                 emit_bucket(k, acc, first, stop, start, end, sums, partial_keys, partial_sums, chunk);
@@ -300,7 +300,7 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
                 first = i;
                 stop = next_stop;
                 next_stop = k + 1 < keys_total ? offsets[k + 2] : stop;
-                acc = Sum::infinity();
+                acc = HotSum::infinity();
             }
             acc = src.add(acc, i);
         }
@@ -352,7 +352,8 @@ CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* 
 // order: piece 0 is chunk j0's slot-1 partial sum, the others the slot-0 ones of the chunks after it. Where
 // buckets hold a few chunks each (dense scalars at large n) this is one launch with every lane adding, where
 // the tree's steps left most lanes idle (its 13 ms at 2^24 were ~4x the additions' cost, GPU_NOTES v5).
-CUZK_KERNEL void msm_join_buckets(const u32* offsets, u32 keys_total, u32 chunk_len, u32 seq_span, const Sum* partial_sums, Sum* sums) {
+CUZK_KERNEL void msm_join_buckets(const u32* offsets, u32 keys_total, u32 chunk_len, u32 seq_span, const HotSum* partial_sums,
+                                  HotSum* sums) {
     CUZK_THREADS(tid) {
         const u64 k = CUZK_GLOBAL_INDEX(tid);
         if (k >= keys_total) continue;
@@ -360,7 +361,7 @@ CUZK_KERNEL void msm_join_buckets(const u32* offsets, u32 keys_total, u32 chunk_
         if (first == stop) continue;
         const u64 j0 = first / chunk_len, j1 = (stop - 1) / chunk_len;
         if (j0 == j1 || j1 - j0 >= seq_span) continue;
-        Sum acc = partial_sums[2 * j0 + 1];
+        HotSum acc = partial_sums[2 * j0 + 1];
         for (u64 j = j0 + 1; j <= j1; j++) acc = acc.add(partial_sums[2 * j]);
         sums[k] = acc;
     }
