@@ -181,6 +181,7 @@ def test_prune_by_age(tmp_path):
     # Both finished results are older than the TTL 150 s from now; the queued job is never pruned.
     assert j.prune(now=time.time() + 150) == 2
     assert j.get(old.job_id) is None and j.get(new.job_id) is None and j.get(queued.job_id) is not None
+    assert j.result_bytes() == 0
 
 
 @settings(max_examples=25, deadline=None)
@@ -193,6 +194,7 @@ def test_prune_by_size_keeps_the_newest_results_within_the_cap(tmp_path_factory,
         j.finish(rec.job_id, JobState.FAILED, error="e" * size)  # finish() prunes as it goes
         ids.append(rec.job_id)
     assert j.result_bytes() <= cap
+    assert Journal(j.data_dir, result_max_bytes=cap).result_bytes() == j.result_bytes()  # the running total is the rows'
     kept = [i for i in ids if j.get(i) is not None]
     assert kept == ids[len(ids) - len(kept):]  # only the oldest ever go
     if kept != ids:  # minimal: the newest dropped result would not have fit beside the kept ones
