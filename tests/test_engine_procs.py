@@ -1,5 +1,7 @@
 """The engine with ``device_processes``: each proving device owned by a worker process. Proofs snarkjs accepts, a
-worker killed mid-proof (its job proved once, by the restarted worker), cancel while a job is in a worker, status."""
+worker killed mid-proof (its job proved once, by the restarted worker), cancel while a job is in a worker, status; a
+device error in a worker on devices emulated on the host (``emulated_devices``): the device's self-test, then the
+engine's ``DeviceErrorPolicy`` as in-process."""
 
 from __future__ import annotations
 
@@ -14,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, snarkjs_verify, snarkjs_verify_all, wait_for
-from cuzk.engine import JobState, Priority
+from emulated_devices import EmulatedDevices, FailingRuntime, OnceFailingRuntime, need_host_compiler
+from cuzk.engine import Engine, EngineConfig, JobState, Priority
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.keys.host import KeyTier, footprint
+from cuzk.memory.budget import MemoryBudget
 from cuzk.memory.process import PeakProbe
 from cuzk.prover.sizing import CALIBRATION_HEADROOM
 from cuzk.prover.verify import vkey_from_zkey
@@ -191,6 +195,86 @@ def test_a_worker_process_exits_when_its_engine_dies(tmp_path):
         os.kill(engine.pid, signal.SIGKILL)
         engine.wait()
     wait_for(lambda: _gone(worker), 60, "the worker process to exit after its engine")
+
+
+# ---------------------------------------------------------------- device errors, on devices emulated on the host
+def emulated_engine(tmp_path, circuits, runtimes: dict, devices: list[int]) -> Engine:
+    """An engine whose worker processes prove on emulated devices ``devices`` (``runtimes``: ordinal → a failing
+    runtime class), one proof in flight each, with the small circuit."""
+    need_host_compiler()
+    config = EngineConfig(data_dir=tmp_path / "data", reconcile=False, measure_peaks=False, key_idle_evict_s=0,
+                          device_processes=True, devices=devices, proofs_per_device=1,
+                          keys={"small": str(circuits["small"].zkey)})
+    return Engine(config, budget=MemoryBudget(1 << 30), process_backend=EmulatedDevices(runtimes)).start()
+
+
+def lanes_of(engine, device: int) -> list[dict]:
+    return [w for w in engine.status()["workers"] if w["kind"] == "proving" and w["device"] == device]
+
+
+def process_of(engine, device: int) -> dict:
+    (child,) = [p for p in engine.status()["device_processes"] if p["device"] == device]
+    return child
+
+
+def record_states(engine) -> dict[str, list[JobState]]:
+    history: dict[str, list[JobState]] = {}
+    engine.add_listener(lambda job_id, state: history.setdefault(job_id, []).append(state))
+    return history
+
+
+def test_a_device_error_in_a_worker_process_self_tests_and_requeues_the_job(circuits, tmp_path):
+    """A transient fault: the process's device passes its self-test, keeps proving (no restart), and the job goes back
+    to the queue and is proved once."""
+    with emulated_engine(tmp_path, circuits, {0: OnceFailingRuntime}, [0]) as engine:
+        history = record_states(engine)
+        job_id = engine.submit("small", circuits["small"].witness)
+        record = engine.await_result(job_id, timeout=SLOW)
+        lanes, child = lanes_of(engine, 0), process_of(engine, 0)
+    assert record.state is JobState.DONE, record.error
+    assert history[job_id].count(JobState.DONE) == 1 and JobState.QUEUED in history[job_id][1:]  # requeued, answered once
+    (erred,) = [w for w in lanes if w["device_errors"]]
+    assert erred["device_errors"] == 1 and all(w["healthy"] for w in lanes)
+    assert "unspecified launch failure" in erred["error"] and "self-test passed" in erred["error"]
+    assert sum(w["jobs_done"] for w in lanes) == 1
+    assert child["alive"] and child["restarts"] == 0 and child["out_of_service"] is None
+
+
+def test_a_worker_process_whose_device_fails_its_self_test_is_stopped_and_its_job_proved_elsewhere(circuits, tmp_path):
+    with emulated_engine(tmp_path, circuits, {0: FailingRuntime}, [0, 1]) as engine:
+        history = record_states(engine)
+        records = []
+        for _ in range(20):  # until device 0's process has taken a job (it takes one of the first few)
+            records.append(engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW))
+            if not all(w["healthy"] for w in lanes_of(engine, 0)):
+                break
+        down = lanes_of(engine, 0)
+        assert down and not any(w["healthy"] for w in down)
+        assert all("self-test failed: CudaBackendError: emulated device fault" in w["error"] for w in down)
+        assert sum(w["device_errors"] for w in down) == 1  # the lane that took the job; the other stopped with it
+        assert all(w["error"].startswith("device out of service") for w in down if not w["device_errors"])
+        wait_for(lambda: not process_of(engine, 0)["alive"], SLOW, "device 0's worker process to be stopped")
+        records += [engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW) for _ in range(2)]
+        failed, healthy = process_of(engine, 0), process_of(engine, 1)
+        assert failed["restarts"] == 0 and "self-test failed" in failed["out_of_service"]  # stopped, never restarted
+        assert healthy["alive"] and healthy["out_of_service"] is None
+        assert all(w["healthy"] for w in lanes_of(engine, 1))
+        assert sum(w["jobs_done"] for w in lanes_of(engine, 1)) == len(records)  # device 1 proved every job
+    assert all(r.state is JobState.DONE for r in records), [r.error for r in records]
+    requeued = [states for states in history.values() if JobState.QUEUED in states[states.index(JobState.PROVING):]]
+    assert len(requeued) == 1 and requeued[0][-1] is JobState.DONE  # the job device 0 failed went to device 1
+
+
+def test_a_job_fails_clearly_when_the_only_worker_processs_device_fails_its_self_test(circuits, tmp_path):
+    with emulated_engine(tmp_path, circuits, {0: FailingRuntime}, [0]) as engine:
+        record = engine.await_result(engine.submit("small", circuits["small"].witness), timeout=SLOW)
+        wait_for(lambda: not process_of(engine, 0)["alive"], SLOW, "the worker process to be stopped")
+        child, lanes = process_of(engine, 0), lanes_of(engine, 0)
+    assert record.state is JobState.FAILED
+    assert "no healthy device is left" in record.error and "device 0: CudaBackendError: emulated device fault" in record.error
+    assert "self-test failed" in record.error and "internal" not in record.error
+    assert child["restarts"] == 0 and child["out_of_service"] and child["jobs"] == []  # no restart loop
+    assert not any(w["healthy"] for w in lanes)
 
 
 @pytest.mark.gpu

@@ -14,10 +14,13 @@ path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name,
 ``("drop", key name, key path)`` (free that copy: the parent's reservation of it went back), ``("exit",)``.
 Out: ``("ready", report)`` once, then ``("loaded", key name)`` (a key loaded here), ``("proving", job id)`` (synthesized), ``("proved", job
 id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
-``("answer", request id, ok, value)``. The witness is read from the journal's file here, so no
-array crosses the pipe. An EOF on the pipe means the parent died: the process exits at once,
-so no worker outlives its daemon. A CUDA error ends the process (its context may be
-poisoned): the parent restarts it and requeues its jobs.
+``("device_error", job id, error, self-test problem or None)``, ``("answer", request id, ok, value)``. The witness
+is read from the journal's file here, so no array crosses the pipe. An EOF on the pipe means the parent died: the
+process exits at once, so no worker outlives its daemon. A device error (``backends.base.is_device_error_on``, as
+in-process) runs the device self-test here, on this process's backend, and both go to the parent, whose
+``DeviceErrorPolicy`` decides: the job requeued or failed, and a device that failed the test out of service (its
+process then stopped for good). The process itself carries on: a device that passes its self-test keeps proving, as
+in-process.
 """
 
 from __future__ import annotations
@@ -28,23 +31,25 @@ import os
 import queue
 import threading
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..backends.base import is_device_backend
+from ..backends.base import is_device_backend, is_device_error_on
+from ..backends.selftest import device_self_test
+from ..curves import BN254, Curve
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..formats.zkey import ZKey, ZKeyHeader, read_zkey_header
 from ..keys.errors import KeyLoadCancelled
 from ..keys.host import load_device_home, load_hot, read_chunk_bytes
 from ..keys.stream import StagingRing
-from ..prover.groth16 import ProofCancelled, prove_synthesized, synthesize
-from ..prover.sizing import device_vector_bytes, holds_device_vectors
+from ..prover.groth16 import ProofCancelled, prove_synthesized, synthesize, wait_for_vectors
+from ..prover.sizing import holds_device_vectors
 
 log = logging.getLogger("cuzk.engine")
 
-EXIT_DEVICE_ERROR = 70
-JOBS_AHEAD = 1  # jobs a process holds beyond its K proving lanes: their synthesis overlaps the proofs  # a CUDA error: the process ends so that its device context starts afresh
+JOBS_AHEAD = 1  # jobs a process holds beyond its K proving lanes: their synthesis overlaps the proofs
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class ChildSpec:
     keys: dict[str, str]  # the keys registered at start (name → .zkey path): K is sized for the largest
     chunk_bytes: int
     log_level: int
+    make_backend: Callable[[int], object] | None = None  # a GPU's backend from its ordinal; None: CudaBackend(device=)
 
 
 def main(conn, spec: ChildSpec) -> None:
@@ -75,6 +81,8 @@ class DeviceChild:
             from ..backends import get_backend
 
             self.backend = get_backend("cpu")
+        elif spec.make_backend is not None:
+            self.backend = spec.make_backend(spec.device)
         else:
             from ..backends.cuda import CudaBackend
 
@@ -168,30 +176,44 @@ class DeviceChild:
     # ---- proving ----------------------------------------------------------------------------
     def _work(self) -> None:
         while (item := self._jobs.get()) is not None:
-            job_id = item[0]
+            job_id, name, key_path = item[:3]
             cancel = self._cancels[job_id]
             try:
                 proof = self._prove(job_id, *item[1:], cancelled=cancel.is_set)
             except (ProofCancelled, KeyLoadCancelled):
                 self._send(("cancelled", job_id))
             except BaseException as exc:  # noqa: BLE001 — the job's outcome, never the thread's end
-                self._failed(job_id, exc)
+                self._failed(job_id, name, key_path, exc)
             else:
                 self._send(("proved", job_id, proof))
             finally:
                 self._cancels.pop(job_id, None)
 
-    def _failed(self, job_id: str, exc: BaseException) -> None:
+    def _failed(self, job_id: str, name: str, key_path: str, exc: BaseException) -> None:
         from .tracker import REQUEST_ERRORS
 
-        if self.on_device and self.backend.is_device_error(exc):
-            log.error("job %s hit a CUDA error; this worker process exits so its device starts afresh", job_id, exc_info=exc)
-            os._exit(EXIT_DEVICE_ERROR)
+        if is_device_error_on(self.backend, exc):  # the device's failure, or the job's? Its self-test tells
+            problem = device_self_test(self.backend, self._curve(name, key_path))
+            log.error("job %s hit a CUDA error; the device's self-test %s", job_id,
+                      "passed" if problem is None else f"failed: {problem}", exc_info=exc)
+            self._send(("device_error", job_id, f"{type(exc).__name__}: {exc}", problem))
+            return
         if isinstance(exc, REQUEST_ERRORS):
             self._send(("failed", job_id, "request", str(exc)))
         else:
             log.error("job %s failed with an internal error:\n%s", job_id, "".join(traceback.format_exception(exc)))
             self._send(("failed", job_id, "internal", f"{type(exc).__name__}: {exc}"))
+
+    def _curve(self, name: str, path: str) -> Curve:
+        """The curve of the job's key, for the self-test (BN254 when the key cannot be read: the device is still tested)."""
+        with self._keys_lock:
+            kept = self._keys.get(name)
+        if kept is not None and kept[0] == Path(path):
+            return kept[1].curve
+        try:
+            return read_zkey_header(path).curve
+        except (OSError, ValueError):
+            return BN254
 
     def _key(self, name: str, path: str) -> tuple[ZKey, object]:
         """The key for proving, loaded on first use (again when re-registered at another path); kept while the process
@@ -241,12 +263,8 @@ class DeviceChild:
         if not self.on_device:
             return prove_synthesized(self.backend, zkey, synthesis, cancelled=cancelled)
         header: ZKeyHeader = held.header
-        vectors = None
-        if holds_device_vectors(header, self.backend):
-            vectors = self.backend.vram.reserve_when_free(device_vector_bytes(header), "proof vectors", cancelled)
+        vectors = wait_for_vectors(self.backend, header, cancelled) if holds_device_vectors(header, self.backend) else None
         try:
-            if cancelled():
-                raise ProofCancelled()
             with (self.device_keys.acquire(name, zkey, True, vectors is not None, home=held, cancelled=cancelled) as device_key,
                   lane or contextlib.nullcontext()):
                 return prove_synthesized(self.backend, device_key.zkey, synthesis, cancelled=cancelled, vectors=vectors)
