@@ -1,8 +1,8 @@
-"""Devices emulated on the host for the tests: the CUDA backend on its host runtime (the real kernels built for the
-CPU, each backend its own VRAM budget), and runtimes that fail as sick GPUs do.
+"""Devices for the tests' device errors: the CUDA backend emulated on the host (the real kernels built for the CPU, each
+backend its own VRAM budget), runtimes that fail as sick GPUs do, and a real GPU with an injected transient fault.
 
 A module of its own so that a device worker process, which is spawned and imports what it unpickles, can make one:
-``EmulatedDevices`` is what ``Engine(process_backend=)`` is given.
+``EmulatedDevices`` (or ``gpu_with_a_transient_fault``) is what ``Engine(process_backend=)`` is given.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget
-from cuzk.backends.cuda.modules import host_compiler
+from cuzk.backends.cuda.modules import CupyRuntime, host_compiler
 
 MiB = 1 << 20
 
@@ -68,3 +68,22 @@ class CorruptingRuntime(HostRuntime):
         out = np.array(arr)
         out.reshape(-1)[0] ^= 1
         return out
+
+
+class OnceFailingNttRuntime(CupyRuntime):
+    """A real GPU whose first NTT launch raises a CUDA error (injected: a transient fault, after which it works; NTTs
+    are never captured in CUDA graphs, so the failed launch leaves nothing half-recorded)."""
+
+    def __init__(self, device: int = 0):
+        super().__init__(device)
+        self.failed = False
+
+    def launch(self, module, kernel, grid, block, args, shared_bytes=0):
+        if not self.failed and kernel.startswith("ntt"):
+            self.failed = True
+            raise CudaBackendError(f"injected transient fault: {kernel} launch failed")
+        return super().launch(module, kernel, grid, block, args, shared_bytes)
+
+
+def gpu_with_a_transient_fault(device: int) -> CudaBackend:
+    return CudaBackend(device=device, runtime=OnceFailingNttRuntime(device))

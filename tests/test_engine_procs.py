@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, snarkjs_verify, snarkjs_verify_all, wait_for
-from emulated_devices import EmulatedDevices, FailingRuntime, OnceFailingRuntime, need_host_compiler
+from emulated_devices import (EmulatedDevices, FailingRuntime, OnceFailingRuntime, gpu_with_a_transient_fault,
+                              need_host_compiler)
 from cuzk.engine import Engine, EngineConfig, JobState, Priority
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.zkey import read_zkey, read_zkey_header
@@ -303,3 +304,30 @@ def test_gpu_worker_killed_mid_proof_is_restarted_and_its_jobs_proved_once(make_
     assert sorted(answers) == sorted(jobs)  # each answered once
     assert sorted(r.job_id for r in engine.list_jobs(states=[JobState.DONE])) == sorted(jobs)
     assert snarkjs_verify_all(vkey, [write_result(r, tmp_path, str(i))[::-1] for i, r in enumerate(records)])
+
+
+@pytest.mark.gpu
+def test_gpu_a_cuda_error_in_the_worker_process_self_tests_the_gpu_and_the_job_is_proved_once(circuits, tmp_path):
+    """On GPU 0, its first NTT launch failing (injected): the worker process self-tests the GPU, which passes; the job
+    goes back to the queue and is proved once, by the same process (snarkjs accepts the proof)."""
+    from cuzk.backends.cuda import available
+
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+    c = circuits["large"]
+    config = EngineConfig(data_dir=tmp_path / "data", reconcile=False, measure_peaks=False, device_processes=True,
+                          devices=[0], keys={"large": str(c.zkey)})
+    with Engine(config, budget=MemoryBudget(8 << 30), process_backend=gpu_with_a_transient_fault).start() as engine:
+        history = record_states(engine)
+        job_id = engine.submit("large", c.witness)
+        record = engine.await_result(job_id, timeout=SLOW)
+        lanes, child = lanes_of(engine, 0), process_of(engine, 0)
+    assert record.state is JobState.DONE, record.error
+    assert history[job_id].count(JobState.DONE) == 1 and JobState.QUEUED in history[job_id][1:]
+    (erred,) = [w for w in lanes if w["device_errors"]]
+    assert "injected transient fault" in erred["error"] and "self-test passed" in erred["error"]
+    assert all(w["healthy"] for w in lanes) and child["backend"] == "cuda"
+    assert child["alive"] and child["restarts"] == 0 and child["out_of_service"] is None
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
