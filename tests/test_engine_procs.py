@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, snarkjs_verify, snarkjs_verify_all, wait_for
-from emulated_devices import (EmulatedDevices, FailingRuntime, OnceFailingRuntime, gpu_with_a_transient_fault,
+from emulated_devices import (MiB, EmulatedDevices, FailingRuntime, OnceFailingRuntime, gpu_with_a_transient_fault,
                               need_host_compiler)
 from cuzk.engine import Engine, EngineConfig, JobState, Priority
 from cuzk.formats.json_io import write_vkey
@@ -26,6 +26,7 @@ from cuzk.memory.budget import MemoryBudget
 from cuzk.memory.process import PeakProbe
 from cuzk.prover.sizing import CALIBRATION_HEADROOM
 from cuzk.prover.verify import vkey_from_zkey
+from cuzk.server.metrics import DaemonMetrics
 from test_engine import (SLOW, circuits, make_engine, synthesize_public, unsatisfied_witness,  # noqa: F401 — fixtures reused
                          write_result)
 
@@ -232,6 +233,7 @@ def test_a_device_error_in_a_worker_process_self_tests_and_requeues_the_job(circ
         job_id = engine.submit("small", circuits["small"].witness)
         record = engine.await_result(job_id, timeout=SLOW)
         lanes, child = lanes_of(engine, 0), process_of(engine, 0)
+        status = engine.status()
     assert record.state is JobState.DONE, record.error
     assert history[job_id].count(JobState.DONE) == 1 and JobState.QUEUED in history[job_id][1:]  # requeued, answered once
     (erred,) = [w for w in lanes if w["device_errors"]]
@@ -239,6 +241,11 @@ def test_a_device_error_in_a_worker_process_self_tests_and_requeues_the_job(circ
     assert "unspecified launch failure" in erred["error"] and "self-test passed" in erred["error"]
     assert sum(w["jobs_done"] for w in lanes) == 1
     assert child["alive"] and child["restarts"] == 0 and child["out_of_service"] is None
+    # The process's VRAM tier, as it reports it, in status and /metrics as in-process.
+    (device,) = status["devices"]
+    assert device["device"] == 0 and device["vram_total_bytes"] == 256 * MiB and "small" in device["keys"]
+    assert [k["resident_devices"] for k in status["keys"]] == [[0]]
+    assert 'cuzk_vram_resident_keys_bytes{device="0"}' in DaemonMetrics(lambda: status).text()
 
 
 def test_a_worker_process_whose_device_fails_its_self_test_is_stopped_and_its_jobs_proved_elsewhere(circuits, tmp_path):
@@ -322,11 +329,12 @@ def test_gpu_a_cuda_error_in_the_worker_process_self_tests_the_gpu_and_the_job_i
         history = record_states(engine)
         job_id = engine.submit("large", c.witness)
         record = engine.await_result(job_id, timeout=SLOW)
-        lanes, child = lanes_of(engine, 0), process_of(engine, 0)
+        lanes, child, devices = lanes_of(engine, 0), process_of(engine, 0), engine.status()["devices"]
     assert record.state is JobState.DONE, record.error
     assert history[job_id].count(JobState.DONE) == 1 and JobState.QUEUED in history[job_id][1:]
     (erred,) = [w for w in lanes if w["device_errors"]]
     assert "injected transient fault" in erred["error"] and "self-test passed" in erred["error"]
+    assert [d["device"] for d in devices] == [0] and "large" in devices[0]["keys"]  # the process's VRAM tier
     assert all(w["healthy"] for w in lanes) and child["backend"] == "cuda"
     assert child["alive"] and child["restarts"] == 0 and child["out_of_service"] is None
     vkey = tmp_path / "vkey.json"

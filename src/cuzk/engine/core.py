@@ -160,6 +160,8 @@ class Engine(TrackedJobs):
                 self._procs = DeviceProcesses(config, ordinals, self.keys, process_backend)
                 if ordinals is None:  # a CPU worker holds each key's hot copy: reserved with the key's lease here
                     self.keys.attach_provers(lambda header: footprint(header, KeyTier.HOT), self._procs.drop)
+                else:  # the GPUs' VRAM tiers are the workers': status shows what they report
+                    self.keys.attach_provers(devices=self._procs.device_status)
                 if self.runtime is not None:  # their interpreters and backends are the engine's own memory too
                     self.runtime.update()
         except BaseException:

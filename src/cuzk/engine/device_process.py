@@ -12,8 +12,9 @@ of the K lanes when one is free.
 Messages are small tuples on one pipe. In: ``("prove", job id, key name, key path, witness
 path, r1cs path or None)``, ``("cancel", job id)``, ``("call", request id, name, args)``,
 ``("drop", key name, key path)`` (free that copy: the parent's reservation of it went back), ``("exit",)``.
-Out: ``("ready", report)`` once, then ``("loaded", key name)`` (a key loaded here), ``("proving", job id)`` (synthesized), ``("proved", job
-id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
+Out: ``("ready", report)`` once, then ``("loaded", key name)`` (a key loaded here), ``("devices", status)`` (its
+VRAM tier's ``DeviceKeys.status``, on a GPU, after each key load and each job), ``("proving", job id)``
+(synthesized), ``("proved", job id, Proof)``, ``("cancelled", job id)``, ``("failed", job id, "request" | "internal", message)``,
 ``("device_error", job id, error, self-test problem or None)``, ``("answer", request id, ok, value)``. The witness
 is read from the journal's file here, so no array crosses the pipe. An EOF on the pipe means the parent died: the
 process exits at once, so no worker outlives its daemon. A device error (``backends.base.is_device_error_on``, as
@@ -122,6 +123,7 @@ class DeviceChild:
         self._send(("ready", {"pid": os.getpid(), "backend": self.backend.name, "device": self.spec.device,
                               "proofs": self.proofs,
                               "vram_bytes": self.backend.vram.total_bytes if self.on_device else None}))
+        self._report_devices()
         while True:
             try:
                 message = self.conn.recv()
@@ -188,6 +190,13 @@ class DeviceChild:
                 self._send(("proved", job_id, proof))
             finally:
                 self._cancels.pop(job_id, None)
+                self._report_devices()
+
+    def _report_devices(self) -> None:
+        """The device's VRAM tier as status shows it (the parent's ``status()["devices"]``, ``/metrics``' VRAM gauges):
+        sent when it may have changed, so the parent's status never waits on this process."""
+        if self.on_device:
+            self._send(("devices", self.device_keys.status()))
 
     def _failed(self, job_id: str, name: str, key_path: str, exc: BaseException) -> None:
         from .tracker import REQUEST_ERRORS
@@ -234,6 +243,7 @@ class DeviceChild:
                 zkey, held = load_hot(Path(path), header, self.allocator, self.spec.chunk_bytes)
             self._keys[name] = (Path(path), zkey, held)
             self._send(("loaded", name))  # before the job's answer: the parent knows this job's memory held a load
+            self._report_devices()
             return zkey, held
 
     def _drop(self, name: str, path: str) -> None:

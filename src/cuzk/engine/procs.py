@@ -95,6 +95,7 @@ class DeviceProcess:
         self.out_of_service: str | None = None  # why its device was taken out of service: never restarted then
         self.lanes = 0  # the parent's lanes feeding it (``DeviceProcesses.lanes``) not stopped for good
         self.report: dict[str, Any] = {}
+        self.devices: dict[str, Any] | None = None  # its VRAM tier's status, as the child last sent it (a GPU's)
         self._context = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()  # a leaf: guards the pipe, the waiters and the closing flag
         self._up = threading.Condition(self._lock)
@@ -208,6 +209,9 @@ class DeviceProcess:
             if kind == "loaded":
                 with self._lock:
                     self.key_loads += 1
+                continue
+            if kind == "devices":
+                self.devices = key  # the status dict, replaced whole: readers see one or the other
                 continue
             if kind == "proving":
                 with self._lock:
@@ -412,6 +416,10 @@ class DeviceProcesses:
         """Every process frees its copy of key ``name`` loaded from ``path`` (``KeyManager.attach_provers``)."""
         for child in self.children:
             child.drop(name, str(path))
+
+    def device_status(self) -> list[dict]:
+        """Each GPU's VRAM tier as its process last reported it (``KeyManager.device_status`` in this mode)."""
+        return [child.devices for child in self.children if child.devices is not None]
 
     def pids(self) -> list[int]:
         """The processes the jobs' memory is in (admission measures their resident peaks)."""

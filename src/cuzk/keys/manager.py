@@ -183,13 +183,18 @@ class KeyManager:
         # Copies the prover processes hold of a key leased here at the device tier (``attach_provers``).
         self._prover_copy: Callable[[ZKeyHeader], int] | None = None
         self._drop_prover_copy: Callable[[str, Path], object] | None = None
+        self._provers_devices: Callable[[], list[dict]] | None = None  # their VRAM tiers' status (``attach_provers``)
         budget.register_evictor(self.evict_idle)
 
-    def attach_provers(self, copy_bytes: Callable[[ZKeyHeader], int], drop: Callable[[str, Path], object]) -> None:
+    def attach_provers(self, copy_bytes: Callable[[ZKeyHeader], int] | None = None,
+                       drop: Callable[[str, Path], object] | None = None,
+                       devices: Callable[[], list[dict]] | None = None) -> None:
         """With ``provers_hold_keys``: each key leased here also reserves the ``copy_bytes`` of it a prover process holds
         (a CPU worker process's hot copy), and ``drop(name, path)`` tells the provers to free theirs when it goes cold
-        here — so a worker's copy lives no longer than its reservation. Call before any key loads."""
-        self._prover_copy, self._drop_prover_copy = copy_bytes, drop
+        here — so a worker's copy lives no longer than its reservation. ``devices``: the status of the VRAM tiers the
+        provers hold (GPU worker processes), which ``device_status`` and each key's ``resident_devices`` then show.
+        Call before any key loads."""
+        self._prover_copy, self._drop_prover_copy, self._provers_devices = copy_bytes, drop, devices
 
     def _prover_bytes(self, header: ZKeyHeader, tier: KeyTier) -> int:
         return self._prover_copy(header) if self._prover_copy is not None and tier is KeyTier.DEVICE else 0
@@ -362,6 +367,8 @@ class KeyManager:
 
     def device_status(self) -> list[dict]:
         """Per device: its VRAM budget, the resident keys (bytes, in use, idle) and why others are not resident."""
+        if self._provers_devices is not None:
+            return self._provers_devices()
         with self._lock:
             devices = list(self._devices.values())
         return [keys.status() for keys in sorted(devices, key=lambda k: k.device)]
@@ -572,8 +579,8 @@ class KeyManager:
         return host + sum(keys.uploads for keys in devices)
 
     def status(self) -> list[dict]:
+        resident = {d["device"]: set(d["keys"]) for d in self.device_status()}
         with self._lock:
-            resident = {keys.device: set(keys.resident_names()) for keys in self._devices.values()}
             now = time.monotonic()
             return [
                 {
