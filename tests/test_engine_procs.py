@@ -200,14 +200,37 @@ def test_a_worker_process_exits_when_its_engine_dies(tmp_path):
 
 
 # ---------------------------------------------------------------- device errors, on devices emulated on the host
-def emulated_engine(tmp_path, circuits, runtimes: dict, devices: list[int], proofs_per_device: int = 1) -> Engine:
+def emulated_engine(tmp_path, circuits, runtimes: dict, devices: list[int], vram_bytes: int = 256 * MiB,
+                    key: str = "small", **config) -> Engine:
     """An engine whose worker processes prove on emulated devices ``devices`` (``runtimes``: ordinal → a failing
-    runtime class), ``proofs_per_device`` in flight each, with the small circuit."""
+    runtime class; a VRAM budget of ``vram_bytes`` each), one proof in flight each unless ``config`` says otherwise,
+    with circuit ``key``."""
     need_host_compiler()
     config = EngineConfig(data_dir=tmp_path / "data", reconcile=False, measure_peaks=False, key_idle_evict_s=0,
-                          device_processes=True, devices=devices, proofs_per_device=proofs_per_device,
-                          keys={"small": str(circuits["small"].zkey)})
-    return Engine(config, budget=MemoryBudget(1 << 30), process_backend=EmulatedDevices(runtimes)).start()
+                          device_processes=True, devices=devices, keys={key: str(circuits[key].zkey)},
+                          **{"proofs_per_device": 1, **config})
+    return Engine(config, budget=MemoryBudget(1 << 30), process_backend=EmulatedDevices(runtimes, vram_bytes)).start()
+
+
+def test_a_gpu_worker_process_proves_a_key_it_does_not_home_from_a_host_copy_the_engine_reserves(circuits, tmp_path):
+    """``key_home`` applies in a GPU's worker process as in-process: with "host" (as with "auto" for a key whose bases
+    and coefficients the device cannot hold beside a proof) the key is proved from a hot copy in the process, its
+    bases and coefficients uploaded from it where they fit; the copy is reserved with the key's lease in the engine
+    and dropped when the key goes cold there."""
+    c = circuits["large"]
+    header = read_zkey_header(c.zkey)
+    with emulated_engine(tmp_path, circuits, {}, [0], key="large", key_home="host") as engine:
+        record = engine.await_result(engine.submit("large", c.witness), timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+        (key,) = engine.status()["keys"]
+        assert key["reserved_bytes"] >= footprint(header, KeyTier.HOT), key
+        (device,) = engine.status()["devices"]
+        assert device["keys"]["large"]["coefficients"]  # uploaded from the host copy
+        engine.keys.evict("large")
+        assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == 0
+        record = engine.await_result(engine.submit("large", c.witness), timeout=SLOW)
+        assert record.state is JobState.DONE, record.error
+        assert process_of(engine, 0)["key_loads"] == 2  # the process had dropped its copy with the engine's reservation
 
 
 def lanes_of(engine, device: int) -> list[dict]:
@@ -337,6 +360,28 @@ def test_gpu_a_cuda_error_in_the_worker_process_self_tests_the_gpu_and_the_job_i
     assert [d["device"] for d in devices] == [0] and "large" in devices[0]["keys"]  # the process's VRAM tier
     assert all(w["healthy"] for w in lanes) and child["backend"] == "cuda"
     assert child["alive"] and child["restarts"] == 0 and child["out_of_service"] is None
+    vkey = tmp_path / "vkey.json"
+    write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
+    assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
+
+
+@pytest.mark.gpu
+def test_gpu_worker_process_with_key_home_host_proves_from_a_reserved_host_copy(make_engine, circuits, tmp_path):
+    """On GPU 0 with ``key_home = "host"``: its worker process proves from a hot copy, reserved in the engine, the
+    key's bases and coefficients uploaded from it (status shows them resident); snarkjs accepts the proof."""
+    from cuzk.backends.cuda import available
+
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+    c = circuits["large"]
+    engine = make_engine(keys=("large",), backend="cuda", devices=[0], device_processes=True, key_home="host",
+                         budget=8 << 30)
+    record = engine.await_result(engine.submit("large", c.witness), timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    (key,) = engine.status()["keys"]
+    assert key["reserved_bytes"] >= footprint(read_zkey_header(c.zkey), KeyTier.HOT), key
+    (device,) = engine.status()["devices"]
+    assert device["device"] == 0 and device["keys"]["large"]["coefficients"]
     vkey = tmp_path / "vkey.json"
     write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
     assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))

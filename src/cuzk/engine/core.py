@@ -158,10 +158,12 @@ class Engine(TrackedJobs):
             self._register_saved_keys()
             if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
                 self._procs = DeviceProcesses(config, ordinals, self.keys, process_backend)
-                if ordinals is None:  # a CPU worker holds each key's hot copy: reserved with the key's lease here
-                    self.keys.attach_provers(lambda header: footprint(header, KeyTier.HOT), self._procs.drop)
-                else:  # the GPUs' VRAM tiers are the workers': status shows what they report
-                    self.keys.attach_provers(devices=self._procs.device_status)
+                # A worker's hot copy of a key (a CPU worker's; a GPU worker's that does not home it in VRAM) is reserved
+                # with the key's lease here; the GPUs' VRAM tiers are the workers': status shows what they report.
+                procs = self._procs
+                self.keys.attach_provers(
+                    lambda name, path, header: footprint(header, KeyTier.HOT) * procs.host_copies(name, path), procs.drop,
+                    devices=procs.device_status if ordinals is not None else None)
                 if self.runtime is not None:  # their interpreters and backends are the engine's own memory too
                     self.runtime.update()
         except BaseException:
@@ -327,6 +329,8 @@ class Engine(TrackedJobs):
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
         calculator = None if wasm_path is None else self.witnesses.prepare(name, zkey_path, wasm_path)
         self.keys.register(name, zkey_path)
+        if self._procs is not None:  # what its worker processes hold of it, known before any lease asks
+            self._procs.describe(name)
         self.witnesses.set(name, calculator)
         if r1cs_path is None:
             self._r1cs.pop(name, None)

@@ -3,9 +3,11 @@
 Started by ``multiprocessing``'s spawn context (never fork: CUDA contexts and the parent's
 threads do not survive a fork), it owns its backend — the CPU's, or a ``CudaBackend`` for its
 ordinal — and loads each key itself from the key's file when a job first needs it: on the CPU
-the hot copy (``keys.host.load_hot``), on a GPU the verifier's IC points on the host and the
-bases and coefficients in VRAM through the device tier (``keys.device.DeviceKeys``, which reads
-them with ``load_from_disk``), so every key is homed on the device and its A·w, B·w made there.
+the hot copy (``keys.host.load_hot``); on a GPU that homes it (``DeviceChild.homes``: the
+engine's ``key_home``, for this device) the verifier's IC points on the host and the bases and
+coefficients in VRAM through the device tier (``keys.device.DeviceKeys``, which reads them with
+``load_from_disk``), its A·w, B·w made there; else the hot copy, its bases (and coefficients)
+uploaded from it where they fit. The parent reserves every hot copy (``KeyManager.attach_provers``).
 It holds K + ``JOBS_AHEAD`` jobs: each is synthesized on a thread of its own, then proved in one
 of the K lanes when one is free.
 
@@ -62,6 +64,7 @@ class ChildSpec:
     keys: dict[str, str]  # the keys registered at start (name → .zkey path): K is sized for the largest
     chunk_bytes: int
     log_level: int
+    key_home: str = "auto"  # the engine's key_home, applied here to this device (``DeviceChild.homes``)
     make_backend: Callable[[int], object] | None = None  # a GPU's backend from its ordinal; None: CudaBackend(device=)
 
 
@@ -95,7 +98,7 @@ class DeviceChild:
 
             self.device_keys = DeviceKeys(self.backend)
         self.allocator = default_allocator() if self.on_device else PageAlignedAllocator()
-        self._keys: dict[str, tuple[Path, ZKey, object]] = {}  # name → (path, host key, its buffer or device home)
+        self._keys: dict[str, tuple[Path, ZKey, object, bool]] = {}  # name → (path, key, its buffer or device home, homed)
         self._keys_lock = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}  # the jobs in this process
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -162,13 +165,22 @@ class DeviceChild:
             self._send(("answer", request, True, value))
 
     def call_describe(self, path: str) -> dict:
-        """What this device holds of the key at ``path``: the answers admission sizes a job by."""
+        """What this device holds of the key at ``path``: the answers admission sizes a job by, and whether it proves
+        from a host copy here (``home`` False: the parent reserves that copy)."""
         header = read_zkey_header(path)
         if not self.on_device:
-            return {"synthesis": False, "vectors": False, "why_not": "the CPU backend has no VRAM"}
+            return {"home": False, "synthesis": False, "vectors": False, "why_not": "the CPU backend has no VRAM"}
         fits = self.device_keys.can_synthesize(header)
-        return {"synthesis": fits, "vectors": holds_device_vectors(header, self.backend),
+        return {"home": self.homes(header), "synthesis": fits, "vectors": holds_device_vectors(header, self.backend),
                 "why_not": "" if fits else self.device_keys.shortfall(header)}
+
+    def homes(self, header: ZKeyHeader) -> bool:
+        """Whether the key lives in this device's VRAM (read from its file straight there: no host copy), by
+        ``key_home`` as ``KeyManager.home`` applies it in-process, for this device: "device" always, "auto" when the
+        device holds its bases and coefficients beside a proof, "host" never. Otherwise it is proved from a hot copy
+        in host memory (bases resident in VRAM when they fit), which the parent reserves."""
+        return self.on_device and (self.spec.key_home == "device" or
+                                   (self.spec.key_home == "auto" and self.device_keys.can_synthesize(header)))
 
     def call_warm_up(self, curves: list[str]) -> float:
         from .warmup import warm_up
@@ -224,58 +236,63 @@ class DeviceChild:
         except (OSError, ValueError):
             return BN254
 
-    def _key(self, name: str, path: str) -> tuple[ZKey, object]:
-        """The key for proving, loaded on first use (again when re-registered at another path); kept while the process
-        lives."""
+    def _key(self, name: str, path: str) -> tuple[ZKey, object, bool]:
+        """The key for proving, loaded on first use (again when re-registered at another path, or after its host copy
+        was dropped): (key, its device home or host buffer, whether homed on the device)."""
         with self._keys_lock:
             kept = self._keys.get(name)
             if kept is not None and kept[0] == Path(path):
-                return kept[1], kept[2]
+                return kept[1:]
             header = read_zkey_header(path)
-            if self.on_device:
+            homed = self.homes(header)
+            if homed:
                 from ..keys.device import KeyFile
 
                 ring = StagingRing(self.allocator, read_chunk_bytes(header, self.spec.chunk_bytes))
                 zkey, held = load_device_home(Path(path), header, ring), KeyFile(Path(path), header, ring)
-                if kept is not None:
-                    self.device_keys.drop(name)
             else:
                 zkey, held = load_hot(Path(path), header, self.allocator, self.spec.chunk_bytes)
-            self._keys[name] = (Path(path), zkey, held)
+            if kept is not None and self.on_device:  # re-registered: its old file's copy on the device goes
+                self.device_keys.drop(name)
+            self._keys[name] = (Path(path), zkey, held, homed)
             self._send(("loaded", name))  # before the job's answer: the parent knows this job's memory held a load
             self._report_devices()
-            return zkey, held
+            return zkey, held, homed
 
     def _drop(self, name: str, path: str) -> None:
-        """Free the hot copy of key ``name`` loaded from ``path`` (the parent's reservation of it went back; only a CPU
-        process is told, ``KeyManager.attach_provers``): the jobs proving with it keep it until they end."""
+        """Free the host copy of key ``name`` loaded from ``path`` (the parent's reservation of it went back,
+        ``KeyManager.attach_provers``; a key homed on the device has none): the jobs proving with it keep it until
+        they end."""
         with self._keys_lock:
             kept = self._keys.get(name)
-            if kept is not None and kept[0] == Path(path):
+            if kept is not None and kept[0] == Path(path) and not kept[3]:
                 del self._keys[name]
 
     def _prove(self, job_id: str, name: str, key_path: str, witness_path: str, r1cs_path: str | None, *, cancelled):
         """The job's synthesis, then its proving half in a free lane, as the in-process workers do them (A·w and B·w
-        deferred to the device on a GPU); the parent hears when the proving half begins."""
-        zkey, held = self._key(name, key_path)
+        deferred to a GPU that holds the key's coefficients beside a proof); the parent hears when the proving half
+        begins."""
+        zkey, held, homed = self._key(name, key_path)
         witness = read_wtns(witness_path)
         r1cs = read_r1cs(r1cs_path) if r1cs_path else None
-        synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled, defer_ab=self.on_device)
+        synthesis = synthesize(zkey, witness, r1cs=r1cs, cancelled=cancelled,
+                               defer_ab=homed or (self.on_device and self.device_keys.can_synthesize(zkey)))
         del witness, r1cs
         self._send(("proving", job_id))
         lane = self._lanes.get()
         try:
-            return self._prove_synthesized(name, zkey, held, synthesis, cancelled, lane)
+            return self._prove_synthesized(name, zkey, held if homed else None, synthesis, cancelled, lane)
         finally:
             self._lanes.put(lane)
 
-    def _prove_synthesized(self, name: str, zkey: ZKey, held, synthesis, cancelled, lane):
+    def _prove_synthesized(self, name: str, zkey: ZKey, home, synthesis, cancelled, lane):
+        """``home``: the key's device home (its file), or None for a host copy (``zkey``)."""
         if not self.on_device:
             return prove_synthesized(self.backend, zkey, synthesis, cancelled=cancelled)
-        header: ZKeyHeader = held.header
-        vectors = wait_for_vectors(self.backend, header, cancelled) if holds_device_vectors(header, self.backend) else None
+        vectors = wait_for_vectors(self.backend, zkey, cancelled) if holds_device_vectors(zkey, self.backend) else None
         try:
-            with (self.device_keys.acquire(name, zkey, True, vectors is not None, home=held, cancelled=cancelled) as device_key,
+            with (self.device_keys.acquire(name, zkey, synthesis.deferred, vectors is not None, home=home,
+                                           cancelled=cancelled) as device_key,
                   lane or contextlib.nullcontext()):
                 return prove_synthesized(self.backend, device_key.zkey, synthesis, cancelled=cancelled, vectors=vectors)
         finally:

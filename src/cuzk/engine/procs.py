@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from ..keys.manager import KeyManager
@@ -333,7 +334,7 @@ class DeviceProcesses:
         registered = {name: str(keys.path(name)) for name in keys.names()}
         specs = [ChildSpec(device=d, proofs_per_device=config.proofs_per_device, keys=registered,
                            chunk_bytes=config.load_chunk_bytes, log_level=logging.getLogger().getEffectiveLevel(),
-                           make_backend=make_backend)
+                           key_home=config.key_home, make_backend=make_backend)
                  for d in (ordinals if ordinals is not None else [None])]
         self.children = [DeviceProcess(spec) for spec in specs]
         try:
@@ -349,15 +350,18 @@ class DeviceProcesses:
         self.backend_names = [child.report["backend"] for child in self.children]
         self._described: dict[str, tuple[str, list[dict]]] = {}  # key name → (its path, each child's answer)
         self._lock = threading.Lock()  # a leaf: guards _described
+        for name in registered:
+            self.describe(name)
 
     # ---- what the devices hold (admission asks) ---------------------------------------------
     def _in_service(self) -> list[DeviceProcess]:
         return [child for child in self.children if child.out_of_service is None]
 
-    def _answers(self, name: str) -> list[dict]:
+    def _answers(self, name: str, path: Path | None = None) -> list[dict]:
         """Each child's answer about key ``name`` (UnknownKeyError when unregistered), asked once per registration (of
-        the children whose devices are in service)."""
-        path = str(self.keys.path(name))
+        the children whose devices are in service). ``path``: the key's file, when the caller knows it (the key
+        manager, under its lock: then it is not asked)."""
+        path = str(path if path is not None else self.keys.path(name))
         with self._lock:
             described = self._described.get(name)
         if described is not None and described[0] == path:
@@ -366,6 +370,20 @@ class DeviceProcesses:
         with self._lock:
             self._described[name] = (path, answers)
         return answers
+
+    def describe(self, name: str) -> None:
+        """Ask the children about key ``name`` now (at its registration), so that ``host_copies``, which the key
+        manager asks under its lock, finds their answers; one that fails is asked again at first use."""
+        try:
+            self._answers(name)
+        except (RuntimeError, OSError, ValueError) as exc:
+            log.warning("key %r: the worker processes could not describe it now (%s); asked again at first use", name, exc)
+
+    def host_copies(self, name: str, path: Path) -> int:
+        """How many children prove key ``name`` (file ``path``) from a host copy (a CPU's, or a GPU's that does not home
+        it in VRAM), which the parent reserves with the key's lease (``KeyManager.attach_provers``, under its lock:
+        answered from what ``describe`` asked at registration, else asked of the children now)."""
+        return sum(not a["home"] for a in self._answers(name, path))
 
     def synthesizes_on_devices(self, name: str) -> bool:
         answers = self._answers(name) if self.on_device else []
