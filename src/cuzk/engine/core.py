@@ -63,7 +63,9 @@ Lock order (outermost first; a thread holding one only takes those below it):
 ``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back);
 a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evictor's
 ``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
-the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
+the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``);
+the key manager's lock → ``DeviceProcesses._lock`` (``host_copies``: the workers' answers, asked at
+registration; only a failed one is asked of a worker again then, which never waits on this process).
 Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
 schedulers' conditions, a lane's lock, ``DeviceProcess._lock``, ``DeviceProcesses._lock``.
 No lock is held while a job's listener runs, while a worker waits for a stage, while a
