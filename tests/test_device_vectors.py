@@ -20,7 +20,7 @@ from cuzk.prover.groth16 import prove_synthesized, synthesize as synthesize_witn
 from cuzk.prover.sizing import (ABC_VECTORS, bases_bytes, device_vector_bytes,
                                 holds_device_vectors, host_working_set, proof_vram_bytes, slack_bytes)
 from cuzk.prover.verify import verify, vkey_from_zkey
-from test_multi_device import emulated
+from emulated_devices import emulated
 from test_proofs_in_flight import GateRuntime, NoRoomForVectors, circuit, start_engine, wait_until  # noqa: F401 (circuit: a fixture)
 
 

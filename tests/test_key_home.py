@@ -165,7 +165,7 @@ def _prove(engine, circuit):
 
 def test_a_job_refused_on_the_host_path_fits_on_the_device_path(big_circuit, tmp_path):
     from cuzk.engine import JobState
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     header = read_zkey_header(big_circuit[0])
     device_key = footprint(header, KeyTier.DEVICE, chunk_bytes=CHUNK)
@@ -191,7 +191,7 @@ def test_a_job_refused_on_the_host_path_fits_on_the_device_path(big_circuit, tmp
 def test_device_homed_keys_share_one_ring_reservation_given_back_with_the_last_of_them(big_circuit, tmp_path):
     """Rings hold memory only while a load reads, and the rings of device-homed keys take turns: however many keys
     are homed, the host reserves the largest ring once, and nothing once none is homed."""
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     header = read_zkey_header(big_circuit[0])
     ring, ic = ring_bytes(read_chunk_bytes(header, CHUNK)), 4096
@@ -209,7 +209,7 @@ def test_device_homed_keys_share_one_ring_reservation_given_back_with_the_last_o
 
 
 def test_load_from_disk_makes_the_arrays_an_upload_of_the_host_key_makes(big_circuit):
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     backend = emulated(0)
     header = read_zkey_header(big_circuit[0])
@@ -229,7 +229,7 @@ def test_load_from_disk_makes_the_arrays_an_upload_of_the_host_key_makes(big_cir
 
 
 def test_a_bad_coefficient_is_named_and_nothing_stays_resident(big_circuit, tmp_path):
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     header = read_zkey_header(big_circuit[0])
     bad = tmp_path / "bad.zkey"
@@ -246,7 +246,7 @@ def test_a_bad_coefficient_is_named_and_nothing_stays_resident(big_circuit, tmp_
 
 def test_eviction_from_vram_reloads_from_disk_and_the_proof_verifies(big_circuit, tmp_path):
     from cuzk.engine import JobState
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     backend = emulated(0)
     with _engine(tmp_path, big_circuit, [backend], 1 << 30) as engine:
@@ -266,7 +266,7 @@ def test_eviction_from_vram_reloads_from_disk_and_the_proof_verifies(big_circuit
 
 def test_preload_reads_a_device_homed_key_onto_each_device_with_room(big_circuit, tmp_path):
     from cuzk.prover.sizing import bases_bytes
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     roomy = emulated(0)
     with _engine(tmp_path, big_circuit, [roomy, emulated(1)], 1 << 30) as engine:
@@ -281,7 +281,7 @@ def test_preload_reads_a_device_homed_key_onto_each_device_with_room(big_circuit
 def test_a_key_larger_than_vram_and_host_together_is_refused_before_anything_is_read(big_circuit, tmp_path):
     from cuzk.engine import JobState
     from cuzk.prover.sizing import bases_bytes
-    from test_multi_device import emulated
+    from emulated_devices import emulated
 
     header = read_zkey_header(big_circuit[0])
     small = emulated(0, vram_bytes=bases_bytes(header))  # holds the bases, not a proof beside them

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 
 from conftest import REPO, planned_budget_bytes, snarkjs_verify_all
+from emulated_devices import MiB, CorruptingRuntime, FailingRuntime, OnceFailingRuntime, emulated
 from test_engine import write_result
 from cuzk.backends import get_backend
 from cuzk.backends.cuda import CudaBackend, CudaBackendError, HostRuntime, VramBudget, available
-from cuzk.backends.cuda.modules import host_compiler, is_device_error
+from cuzk.backends.cuda.modules import is_device_error
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.engine import Engine, EngineConfig, JobState
@@ -35,8 +36,6 @@ from cuzk.prover.setup import setup
 from cuzk.server.metrics import DaemonMetrics
 from cuzk.prover.verify import vkey_from_zkey
 
-MiB = 1 << 20
-
 
 @pytest.fixture(scope="module")
 def circuits(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
@@ -48,19 +47,6 @@ def circuits(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         setup(r1cs, d / "circuit.zkey")
         out[name] = (d / "circuit.zkey", wtns)
     return out
-
-
-def emulated(device: int, vram_bytes: int = 256 * MiB, runtime=None) -> CudaBackend:
-    if host_compiler() is None:
-        pytest.skip("no host C++ compiler for the CUDA host emulation")
-    return CudaBackend(device=device, runtime=runtime or HostRuntime(), vram_budget=VramBudget(vram_bytes, device))
-
-
-class FailingRuntime(HostRuntime):
-    """A device whose every kernel launch fails, as a GPU does after a fatal CUDA error."""
-
-    def launch(self, *args, **kwargs):
-        raise CudaBackendError("emulated device fault: an illegal memory access was encountered")
 
 
 POISON_DOMAIN = 256  # the "poison" circuit's FFT domain; the test circuits "one" and "two" have 64
@@ -84,28 +70,6 @@ class NttBugRuntime(HostRuntime):
             self.broken = self.sticky
             raise CudaBackendError(f"emulated kernel bug: {kernel} hit an illegal memory access")
         return super().launch(module, kernel, grid, block, args, shared_bytes)
-
-
-class OnceFailingRuntime(HostRuntime):
-    """A device whose first launch fails and every later one works: a transient fault."""
-
-    failed = False
-
-    def launch(self, *args, **kwargs):
-        if not self.failed:
-            self.failed = True
-            raise CudaBackendError("emulated transient fault: unspecified launch failure")
-        return super().launch(*args, **kwargs)
-
-
-class CorruptingRuntime(HostRuntime):
-    """A device that computes but returns wrong bits."""
-
-    @staticmethod
-    def to_host(arr):
-        out = np.array(arr)
-        out.reshape(-1)[0] ^= 1
-        return out
 
 
 def need_bytes(zkey, backend) -> int:

@@ -31,7 +31,8 @@ from cuzk.prover.groth16 import prove_synthesized, synthesize as synthesize_witn
 from cuzk.prover.setup import setup
 from cuzk.prover.sizing import MAX_PROOFS_PER_DEVICE, bases_bytes, coefficient_bytes, proof_vram_bytes, proofs_in_flight
 from cuzk.prover.verify import verify, vkey_from_zkey
-from test_multi_device import FailingRuntime, PoolStaging, emulated
+from emulated_devices import FailingRuntime, emulated
+from test_multi_device import PoolStaging
 
 MiB = 1 << 20
 

@@ -165,6 +165,13 @@ def is_device_backend(backend) -> bool:
 _DEVICE_BACKEND_CLASSES: dict[type, bool] = {}
 
 
+def is_device_error_on(backend, exc: BaseException) -> bool:
+    """Whether ``exc``, raised while proving on ``backend``, is its device's failure (then the device self-tests,
+    ``backends.selftest``), not the job's: never on the CPU backend. Asked by in-process device workers and device
+    worker processes alike."""
+    return is_device_backend(backend) and backend.is_device_error(exc)
+
+
 def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:
     """Reference points (``curves.ec``) as MSM bases in the layout above (``group`` "g1" or "g2"; ``None`` → all zero)."""
     encode, coords = (g1_to_bytes, (2,)) if group == "g1" else (g2_to_bytes, (2, 2))

@@ -22,8 +22,10 @@ class EngineConfig:
     # is lowered (logged). The CPU backend proves one at a time.
     proofs_per_device: int | str = "auto"
     # Each proving device owned by a worker process of its own (engine/procs.py): its backend, keys and K lanes live
-    # there, fed job ids and witness paths. For isolation (a crash or CUDA fault kills one worker, which is restarted)
-    # and several GPUs beyond one GIL; one H200 already runs at 0.98-1.10 of its bare rate in-process.
+    # there, fed job ids and witness paths. For isolation (a crash kills one worker, which is restarted; a CUDA error
+    # self-tests its device as in-process) and lanes beyond the intake's GIL (×1.49 at 2^16, ×1.15 at 2^20 through
+    # the daemon on one H200). Off by default until its CUDA-error and key_home paths have run on a GPU
+    # (ARCHITECTURE.md, "Device worker processes").
     device_processes: bool = False
     # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than the
     # proofs all GPUs run at once, so every proving slot finds its next job ready; 1 on the CPU backend, whose

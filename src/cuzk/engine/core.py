@@ -63,7 +63,9 @@ Lock order (outermost first; a thread holding one only takes those below it):
 ``JobTracker._lock`` → the journal's; ``Grant._lock`` → the budget's (to give bytes back);
 a device's ``CudaNtt._lock`` (building a shared table) → its VRAM budget's evictor's
 ``DeviceKeys._lock`` and its ``VramBudget._lock`` (never held together), the runtime's locks;
-the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``).
+the ready scheduler's condition → ``DeviceErrorPolicy._lock`` (a device worker's ``give_up``);
+the key manager's lock → ``DeviceProcesses._lock`` (``host_copies``: the workers' answers, asked at
+registration; only a failed one is asked of a worker again then, which never waits on this process).
 Leaves: ``LiveJob.lock``, ``Admission._measuring``, ``WorkerState._lock``, the other
 schedulers' conditions, a lane's lock, ``DeviceProcess._lock``, ``DeviceProcesses._lock``.
 No lock is held while a job's listener runs, while a worker waits for a stage, while a
@@ -82,7 +84,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -113,9 +115,13 @@ log = logging.getLogger("cuzk.engine")
 
 
 class Engine(TrackedJobs):
-    def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None):
+    def __init__(self, config: EngineConfig, *, budget: MemoryBudget | None = None, reconciler=None, backends: list | None = None,
+                 process_backend: Callable[[int], Any] | None = None):
         """``budget``/``reconciler``: share the daemon's; by default the engine plans its own from the real limit.
-        ``backends``: K device workers per entry (``proofs_per_device``); by default one per device of ``config.backend``."""
+        ``backends``: K device workers per entry (``proofs_per_device``); by default one per device of ``config.backend``.
+        ``process_backend``: with ``device_processes``, what the worker process of each of ``config.devices`` (a list)
+        makes its backend with, from its ordinal, in place of ``CudaBackend(device=d)`` (pickled to the spawned
+        process: a module-level function or class; devices emulated on the host, as ``backends`` gives in-process)."""
         self.config = config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(config.data_dir)
@@ -134,7 +140,10 @@ class Engine(TrackedJobs):
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes)
-            ordinals = device_ordinals(config) if config.device_processes else None
+            if process_backend is not None and not (config.device_processes and isinstance(config.devices, list)):
+                raise ValueError("process_backend needs device_processes = true and devices listed by ordinal")
+            ordinals = (None if not config.device_processes else
+                        config.devices if process_backend is not None else device_ordinals(config))
             self.backends = [] if config.device_processes else backends if backends is not None else make_backends(config)
             on_device = ordinals is not None or any(is_device_backend(b) for b in self.backends)
             if config.key_home == "device" and not on_device:
@@ -150,9 +159,13 @@ class Engine(TrackedJobs):
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
             if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
-                self._procs = DeviceProcesses(config, ordinals, self.keys)
-                if ordinals is None:  # a CPU worker holds each key's hot copy: reserved with the key's lease here
-                    self.keys.attach_provers(lambda header: footprint(header, KeyTier.HOT), self._procs.drop)
+                self._procs = DeviceProcesses(config, ordinals, self.keys, process_backend)
+                # A worker's hot copy of a key (a CPU worker's; a GPU worker's that does not home it in VRAM) is reserved
+                # with the key's lease here; the GPUs' VRAM tiers are the workers': status shows what they report.
+                procs = self._procs
+                self.keys.attach_provers(
+                    lambda name, path, header: footprint(header, KeyTier.HOT) * procs.host_copies(name, path), procs.drop,
+                    devices=procs.device_status if ordinals is not None else None)
                 if self.runtime is not None:  # their interpreters and backends are the engine's own memory too
                     self.runtime.update()
         except BaseException:
@@ -241,15 +254,16 @@ class Engine(TrackedJobs):
             state = self._worker(f"synth-{i}", "synthesis")
             self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs,
                                                                          synthesize_here=self._procs is None).run))
+        policy = DeviceErrorPolicy(self.config.device_errors_per_job, stages, tracker)  # its provers enlist as made
         if self._procs is not None:  # K lanes per worker process, each feeding it one job at a time
             self._device_threads += [spawn(lane.state.name, lane.run) for lane in self._procs.lanes(
-                lambda name, device: self._worker(name, "proving", device=device), stages, tracker, self._r1cs, self.config.max_attempts)]
+                lambda name, device: self._worker(name, "proving", device=device), stages, tracker, self._r1cs,
+                self.config.max_attempts, policy)]
         provers = [(self._worker(f"prove-{backend.device}-{k}" if is_device_backend(backend) else f"prove-{i}", "proving",
                                  backend), backend)
                    for i, (backend, lanes) in enumerate(zip(self.backends, self.proofs_per_device)) for k in range(lanes)]
-        policy = DeviceErrorPolicy(self.config.device_errors_per_job, [state for state, _ in provers], stages, tracker)
-        for state, backend in provers:
-            self._device_threads.append(spawn(state.name, DeviceWorker(state, backend, stages, tracker, self.keys, policy).run))
+        workers = [DeviceWorker(state, backend, stages, tracker, self.keys, policy) for state, backend in provers]
+        self._device_threads += [spawn(worker.state.name, worker.run) for worker in workers]  # once all have enlisted
         state = self._worker("finish", "finishing")
         self._finisher = spawn(state.name, Finisher(state, stages, tracker, self.admission, self.config.verify).run)
         self._housekeeper = spawn(self._worker("housekeeping", "housekeeping").name, self._housekeeping_loop)
@@ -317,6 +331,8 @@ class Engine(TrackedJobs):
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
         calculator = None if wasm_path is None else self.witnesses.prepare(name, zkey_path, wasm_path)
         self.keys.register(name, zkey_path)
+        if self._procs is not None:  # what its worker processes hold of it, known before any lease asks
+            self._procs.describe(name)
         self.witnesses.set(name, calculator)
         if r1cs_path is None:
             self._r1cs.pop(name, None)

@@ -13,11 +13,18 @@ was ×1.19 on one H200 (benchmarks/GPU_NOTES.md, session 6).
   ``why_not_on_devices``) is answered by the children, from their own device's VRAM budget
   (``DeviceProcesses`` asks each once per key registration): the parent holds no backend. K is
   the child's, sized at its start beside the registered keys.
-- **A death** (SIGKILL, segfault, a CUDA error) is seen at once as the pipe's EOF by the child's
-  reader thread, logged with the exit code or signal; the child is restarted and each job it
-  held goes back to the queue through the tracker, or fails once it has been started
-  ``max_attempts`` times — the journal's crash-count policy, as at an engine's replay. A
-  result for a job the child no longer holds is dropped, so no proof is answered twice.
+- **A device error** (a CUDA error, told from the job's own as in-process) makes the child
+  self-test its device and report both (``ReportedDeviceError``); the engine's one
+  ``DeviceErrorPolicy`` decides, as for an in-process worker: the job requeued or failed, and a
+  device that failed its self-test out of service — its lanes stop taking jobs (those proving
+  end theirs first), then its process is stopped and never restarted; status shows its lanes
+  unhealthy and the process ``out_of_service``.
+- **A death** (SIGKILL, segfault) is seen at once as the pipe's EOF by the child's
+  reader thread, logged with the exit code or signal; the child is restarted (unless its device
+  is out of service) and each job it held goes back to the queue through the tracker, or fails
+  once it has been started ``max_attempts`` times — the journal's crash-count policy, as at an
+  engine's replay. A result for a job the child no longer holds is dropped, so no proof is
+  answered twice.
 - **Cancel** reaches the child, which stops the job at its next cancellation check; its lane
   answers ``cancelled`` and the parent releases the job's reservation.
 - **Stop** asks each child to exit (its jobs stop at their next check and stay in the journal)
@@ -33,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from ..keys.manager import KeyManager
@@ -43,7 +51,7 @@ from .device_process import JOBS_AHEAD, ChildSpec, main
 from .jobs import JobState, abandoned_reason
 from .scheduler import SchedulerClosed
 from .tracker import JobTracker, LiveJob
-from .workers import Stages, WorkerState
+from .workers import DeviceErrorPolicy, ProvingWorker, ReportedDeviceError, Stages, WorkerState
 
 log = logging.getLogger("cuzk.engine")
 
@@ -85,7 +93,10 @@ class DeviceProcess:
         self.restarts = 0
         self.key_loads = 0  # keys the process loaded ("loaded" messages): admission does not measure a window with one
         self.last_exit: str | None = None
+        self.out_of_service: str | None = None  # why its device was taken out of service: never restarted then
+        self.lanes = 0  # the parent's lanes feeding it (``DeviceProcesses.lanes``) not stopped for good
         self.report: dict[str, Any] = {}
+        self.devices: dict[str, Any] | None = None  # its VRAM tier's status, as the child last sent it (a GPU's)
         self._context = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()  # a leaf: guards the pipe, the waiters and the closing flag
         self._up = threading.Condition(self._lock)
@@ -138,10 +149,12 @@ class DeviceProcess:
         there (synthesized)."""
         waiter = _Waiter(on_proving)
         with self._lock:
-            while self._conn is None and not self._closing:
+            while self._conn is None and not self._closing and self.out_of_service is None:
                 self._up.wait()
             if self._closing:
                 raise ProofCancelled()
+            if self._conn is None:  # it died after its device went out of service: not restarted
+                raise DeviceProcessDied(f"the {self.name} worker process is gone: {self.out_of_service}")
             self._jobs[job.id] = waiter
             self._send(("prove", job.id, job.circuit, key_path, witness_path, r1cs_path))
             if job.cancelled():  # cancelled while it was being sent: the child stops it at its first check
@@ -198,6 +211,9 @@ class DeviceProcess:
                 with self._lock:
                     self.key_loads += 1
                 continue
+            if kind == "devices":
+                self.devices = key  # the status dict, replaced whole: readers see one or the other
+                continue
             if kind == "proving":
                 with self._lock:
                     waiter = self._jobs.get(key)
@@ -215,6 +231,8 @@ class DeviceProcess:
             elif kind == "failed":
                 error = DeviceProcessError if message[2] == "request" else DeviceProcessInternalError
                 waiter.set_exception(error(message[3]))
+            elif kind == "device_error":
+                waiter.set_exception(ReportedDeviceError(message[2], message[3]))
             elif message[2]:  # an answer
                 waiter.set_result(message[3])
             else:
@@ -238,6 +256,12 @@ class DeviceProcess:
         if closing:
             return False
         self.last_exit = cause
+        if self.out_of_service is not None:  # its device failed its self-test: no restart
+            with self._lock:
+                self._up.notify_all()  # a job sent now is requeued (``prove``)
+            log.error("the %s worker process (pid %d) died (%s) holding %d job(s); its device is out of service, so it "
+                      "is not restarted", self.name, process.pid, cause, jobs)
+            return False
         log.error("the %s worker process (pid %d) died (%s) holding %d job(s); restarting it, its jobs go back to the "
                   "queue", self.name, process.pid, cause, jobs)
         backoff = RESTART_BACKOFF_S[0]
@@ -254,6 +278,22 @@ class DeviceProcess:
         self.restarts += 1
         log.info("the %s worker process restarted (pid %d, restart %d)", self.name, self.pid, self.restarts)
         return True
+
+    @property
+    def closed(self) -> bool:
+        """Asked to stop (the engine stopping, or its device out of service): no restart, no more jobs."""
+        return self._stopped.is_set()
+
+    def lane_out_of_service(self, why: str) -> None:
+        """One of its lanes stopped for good, its device out of service (``why``): no restart from now on; the last
+        lane to stop (the others end the proofs they hold first, as in-process workers do) stops the process."""
+        with self._lock:
+            self.out_of_service = self.out_of_service or why
+            self.lanes -= 1
+            last = self.lanes == 0
+        if last:
+            log.error("the %s worker process is stopped for good: its device is out of service (%s)", self.name, why)
+            self.close()
 
     def close(self, timeout: float | None = None) -> None:
         """Ask the child to exit (its jobs stop at their next check: the journal replays them) and join it: its reader
@@ -277,20 +317,24 @@ class DeviceProcess:
     def status(self) -> dict[str, Any]:
         alive = self._process is not None and self._process.is_alive()
         return {"name": self.name, "pid": self.pid, "device": self.spec.device, "backend": self.report.get("backend"),
-                "proofs_per_device": self.report.get("proofs"), "vram_bytes": self.report.get("vram_bytes"), "alive": alive, "restarts": self.restarts, "key_loads": self.key_loads,
-                "last_exit": self.last_exit, "jobs": self.jobs()}
+                "proofs_per_device": self.report.get("proofs"), "vram_bytes": self.report.get("vram_bytes"), "alive": alive,
+                "restarts": self.restarts, "key_loads": self.key_loads, "last_exit": self.last_exit,
+                "out_of_service": self.out_of_service, "jobs": self.jobs()}
 
 
 class DeviceProcesses:
     """The engine's device worker processes, and the one owner of what their devices can hold."""
 
-    def __init__(self, config: EngineConfig, ordinals: list[int] | None, keys: KeyManager):
+    def __init__(self, config: EngineConfig, ordinals: list[int] | None, keys: KeyManager,
+                 make_backend: Callable[[int], Any] | None = None):
         """``ordinals``: CUDA devices, one process each; None: one process proving on the CPU. ``keys``: the registered
-        keys, whose files the children read (K is sized for those registered now)."""
+        keys, whose files the children read (K is sized for those registered now). ``make_backend``: what each child
+        makes its device's backend with (``ChildSpec.make_backend``)."""
         self.keys = keys
         registered = {name: str(keys.path(name)) for name in keys.names()}
         specs = [ChildSpec(device=d, proofs_per_device=config.proofs_per_device, keys=registered,
-                           chunk_bytes=config.load_chunk_bytes, log_level=logging.getLogger().getEffectiveLevel())
+                           chunk_bytes=config.load_chunk_bytes, log_level=logging.getLogger().getEffectiveLevel(),
+                           key_home=config.key_home, make_backend=make_backend)
                  for d in (ordinals if ordinals is not None else [None])]
         self.children = [DeviceProcess(spec) for spec in specs]
         try:
@@ -306,35 +350,61 @@ class DeviceProcesses:
         self.backend_names = [child.report["backend"] for child in self.children]
         self._described: dict[str, tuple[str, list[dict]]] = {}  # key name → (its path, each child's answer)
         self._lock = threading.Lock()  # a leaf: guards _described
+        for name in registered:
+            self.describe(name)
 
     # ---- what the devices hold (admission asks) ---------------------------------------------
-    def _answers(self, name: str) -> list[dict]:
-        """Each child's answer about key ``name`` (UnknownKeyError when unregistered), asked once per registration."""
-        path = str(self.keys.path(name))
+    def _in_service(self) -> list[DeviceProcess]:
+        return [child for child in self.children if child.out_of_service is None]
+
+    def _answers(self, name: str, path: Path | None = None) -> list[dict]:
+        """Each child's answer about key ``name`` (UnknownKeyError when unregistered), asked once per registration (of
+        the children whose devices are in service). ``path``: the key's file, when the caller knows it (the key
+        manager, under its lock: then it is not asked)."""
+        path = str(path if path is not None else self.keys.path(name))
         with self._lock:
             described = self._described.get(name)
         if described is not None and described[0] == path:
             return described[1]
-        answers = [child.call("describe", path) for child in self.children]
+        answers = [child.call("describe", path) for child in self._in_service()]
         with self._lock:
             self._described[name] = (path, answers)
         return answers
 
+    def describe(self, name: str) -> None:
+        """Ask the children about key ``name`` now (at its registration), so that ``host_copies``, which the key
+        manager asks under its lock, finds their answers; one that fails is asked again at first use."""
+        try:
+            self._answers(name)
+        except (RuntimeError, OSError, ValueError) as exc:
+            log.warning("key %r: the worker processes could not describe it now (%s); asked again at first use", name, exc)
+
+    def host_copies(self, name: str, path: Path) -> int:
+        """How many children prove key ``name`` (file ``path``) from a host copy (a CPU's, or a GPU's that does not home
+        it in VRAM), which the parent reserves with the key's lease (``KeyManager.attach_provers``, under its lock:
+        answered from what ``describe`` asked at registration, else asked of the children now)."""
+        return sum(not a["home"] for a in self._answers(name, path))
+
     def synthesizes_on_devices(self, name: str) -> bool:
-        return self.on_device and all(a["synthesis"] for a in self._answers(name))
+        answers = self._answers(name) if self.on_device else []
+        return bool(answers) and all(a["synthesis"] for a in answers)
 
     def holds_vectors_on_devices(self, name: str) -> bool:
-        return self.on_device and all(a["vectors"] for a in self._answers(name))
+        answers = self._answers(name) if self.on_device else []
+        return bool(answers) and all(a["vectors"] for a in answers)
 
     def why_not_on_devices(self, name: str) -> str:
         return "; ".join(a["why_not"] for a in self._answers(name) if a["why_not"]) if self.on_device else ""
 
     # ---- the rest ---------------------------------------------------------------------------
-    def lanes(self, make_state, stages: Stages, tracker: JobTracker, r1cs_paths, max_attempts: int) -> list[ProcessLane]:
+    def lanes(self, make_state, stages: Stages, tracker: JobTracker, r1cs_paths, max_attempts: int,
+              device_errors: DeviceErrorPolicy) -> list[ProcessLane]:
         """K + ``JOBS_AHEAD`` parent-side lanes per child, each feeding one job at a time to it (so the child synthesizes
         the next while K prove); ``make_state(name, device)``."""
+        for child, proofs in zip(self.children, self.proofs_per_device):
+            child.lanes = proofs + JOBS_AHEAD
         return [ProcessLane(make_state(f"prove-{child.name.replace(' ', '')}-{k}", child.spec.device), child, stages,
-                            tracker, r1cs_paths, max_attempts)
+                            tracker, r1cs_paths, max_attempts, device_errors)
                 for child, proofs in zip(self.children, self.proofs_per_device) for k in range(proofs + JOBS_AHEAD)]
 
     def warm_up(self, curves: set[str]) -> float:
@@ -365,9 +435,13 @@ class DeviceProcesses:
         for child in self.children:
             child.drop(name, str(path))
 
+    def device_status(self) -> list[dict]:
+        """Each GPU's VRAM tier as its process last reported it (``KeyManager.device_status`` in this mode)."""
+        return [child.devices for child in self.children if child.devices is not None]
+
     def pids(self) -> list[int]:
         """The processes the jobs' memory is in (admission measures their resident peaks)."""
-        return [child.pid for child in self.children if child.pid is not None]
+        return [child.pid for child in self.children if child.pid is not None and not child.closed]
 
     def loads_total(self) -> int:
         """Key loads in the processes, and their restarts (a restarted process loads its keys again, its first jobs
@@ -392,38 +466,37 @@ class DeviceProcesses:
         return [child.status() for child in self.children]
 
 
-class ProcessLane:
+class ProcessLane(ProvingWorker):
     """One of a child's K lanes on the parent's side: takes a synthesis-ready job, has the child prove it, hands the
-    proof to the finisher; a child's death requeues the job (or fails it after ``max_attempts`` starts)."""
+    proof to the finisher; a device error the child reports goes to the ``DeviceErrorPolicy`` (as an in-process
+    worker's), a child's death requeues the job (or fails it after ``max_attempts`` starts)."""
 
     def __init__(self, state: WorkerState, child: DeviceProcess, stages: Stages, tracker: JobTracker, r1cs_paths,
-                 max_attempts: int):
-        self.state, self.child, self.stages, self.tracker = state, child, stages, tracker
+                 max_attempts: int, device_errors: DeviceErrorPolicy):
+        super().__init__(state, stages, tracker, device_errors)
+        self.child = child
         self._r1cs_paths = r1cs_paths
         self.max_attempts = max_attempts
 
     def run(self) -> None:
-        while True:
-            try:
-                job_id, job = self.stages.ready.pop()
-            except SchedulerClosed:
-                return
-            self.stages.slots.release()
-            self.state.update(job=job_id)
-            try:
-                job.checkpoint()
-                proof = self.child.prove(job, str(job.grant.lease.home.path), str(self.tracker.journal.witness_path(job.id)),
-                                         self._r1cs_paths.get(job.circuit),
-                                         on_proving=lambda job=job: self.tracker.set_state(job, JobState.PROVING))
-            except DeviceProcessDied as exc:
-                self._after_death(job, exc)
-            except BaseException as exc:  # noqa: BLE001 — every failure ends the job, never the lane
-                self.tracker.end_with(job, exc)
-            else:
-                self.state.update(jobs_done=self.state.jobs_done + 1)
-                self.stages.proved.put((job, proof))
-            finally:
-                self.state.update(job=None)
+        self._serve()
+        if self.out_of_service():  # stopped for good with its device; the last of the child's lanes stops the child
+            self.child.lane_out_of_service(self.state.error or "its device failed its self-test")
+
+    def _prove(self, job: LiveJob) -> Proof:
+        job.checkpoint()
+        return self.child.prove(job, str(job.grant.lease.home.path), str(self.tracker.journal.witness_path(job.id)),
+                                self._r1cs_paths.get(job.circuit),
+                                on_proving=lambda: self.tracker.set_state(job, JobState.PROVING))
+
+    def _failed(self, job: LiveJob, exc: BaseException) -> bool:
+        if isinstance(exc, ReportedDeviceError):  # the child ran the self-test; the policy decides as in-process
+            return self.device_errors.handle(self.state, job, exc, lambda: exc.problem)
+        if isinstance(exc, DeviceProcessDied):
+            self._after_death(job, exc)
+        else:
+            self.tracker.end_with(job, exc)
+        return True
 
     def _after_death(self, job: LiveJob, exc: DeviceProcessDied) -> None:
         job.release()

@@ -14,8 +14,8 @@ device-error policy; its lock is a leaf in the engine's lock order.
 
 from __future__ import annotations
 
+import abc
 import contextlib
-import functools
 import json
 import logging
 import queue
@@ -23,24 +23,20 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..backends.base import is_device_backend
+from ..backends.base import is_device_backend, is_device_error_on
 from ..backends.selftest import device_self_test
 from ..curves import BN254
 from ..formats.json_io import proof_to_json
 from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.manager import KeyLease, KeyManager
-from ..prover.groth16 import Proof, ProofCancelled, ProvingError, prove_synthesized, synthesize
-from ..prover.sizing import device_vector_bytes
+from ..prover.groth16 import Proof, ProofCancelled, ProvingError, prove_synthesized, synthesize, wait_for_vectors
 from .admission import Admission
 from .jobs import JobState
 from .scheduler import Scheduler, SchedulerClosed
 from .tracker import JobTracker, LiveJob
-
-if TYPE_CHECKING:
-    from ..backends.cuda.vram import VramReservation
 
 log = logging.getLogger("cuzk.engine")
 
@@ -140,8 +136,22 @@ def _self_test_outcome(problem: str | None) -> str:
     return "self-test passed" if problem is None else f"self-test failed: {problem}"
 
 
+class ReportedDeviceError(RuntimeError):
+    """A device error met in a device worker process (``engine.procs``), as the process named it ("Type: message"),
+    with the outcome of the self-test it ran on its device then (``problem``: None when it passed)."""
+
+    def __init__(self, error: str, problem: str | None):
+        super().__init__(error)
+        self.problem = problem
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, ReportedDeviceError) else f"{type(exc).__name__}: {exc}"
+
+
 class DeviceErrorPolicy:
-    """What a CUDA error while proving means for the device and the job.
+    """What a CUDA error while proving means for the device and the job: the one owner of that decision, for the
+    in-process device workers and the device worker processes' lanes alike.
 
     The device runs a self-test (an NTT and an MSM against the reference arithmetic), which
     tells a sick device from a job that trips a kernel bug: a device that fails it is out of
@@ -152,12 +162,16 @@ class DeviceErrorPolicy:
     a poison job takes at most ``limit`` devices down.
     """
 
-    def __init__(self, limit: int, provers: list[WorkerState], stages: Stages, tracker: JobTracker):
+    def __init__(self, limit: int, stages: Stages, tracker: JobTracker):
         self.limit = limit
-        self.provers = provers
+        self.provers: list[WorkerState] = []  # every proving worker, enlisted as it is made
         self.stages, self.tracker = stages, tracker
-        self._lock = threading.Lock()  # a leaf: guards _failed
+        self._lock = threading.Lock()  # a leaf: guards _failed and provers
         self._failed: dict[object, str] = {}  # device → its failed self-test
+
+    def enlist(self, state: WorkerState) -> None:
+        with self._lock:
+            self.provers.append(state)
 
     @staticmethod
     def _device_of(state: WorkerState) -> object:
@@ -168,15 +182,15 @@ class DeviceErrorPolicy:
         with self._lock:
             return self._device_of(state) in self._failed
 
-    def handle(self, state: WorkerState, backend, job: LiveJob, exc: BaseException) -> bool:
-        """Self-test the device, then requeue or fail the job; returns whether the worker carries on."""
-        error = f"{type(exc).__name__}: {exc}"
+    def handle(self, state: WorkerState, job: LiveJob, exc: BaseException, self_test: Callable[[], str | None]) -> bool:
+        """Self-test the device (``self_test()``: None when it passes, else what failed; not run on a device already
+        out of service), then requeue or fail the job; returns whether the worker carries on."""
+        error = _error_text(exc)
         device = self._device_of(state)
         with self._lock:
             problem = self._failed.get(device)
         if problem is None:  # a device already out of service is not tested again
-            lease = job.grant.lease if job.grant is not None else None
-            problem = device_self_test(backend, lease.header.curve if lease is not None else BN254)
+            problem = self_test()
         outcome = _self_test_outcome(problem)
         where = f"device {state.device}" if state.device is not None else f"worker {state.name}"
         job.device_errors.append((where, error, problem))
@@ -209,7 +223,8 @@ class DeviceErrorPolicy:
             if device in self._failed:  # another of its workers took it out already
                 return
             self._failed[device] = problem
-        for prover in self.provers:
+            provers = list(self.provers)
+        for prover in provers:
             if prover is not failing and self._device_of(prover) == device:
                 prover.update(healthy=False, error=f"device out of service: worker {failing.name}'s {_self_test_outcome(problem)}")
         self.stages.ready.wake()  # its idle workers waiting for a job stop now
@@ -227,34 +242,29 @@ class DeviceErrorPolicy:
         return f"failed on the GPU and not retried: {why}: {errors}{hint}"
 
 
-class DeviceWorker:
-    """Proves synthesized jobs on one backend device, one at a time in its own lane (a device with K workers runs
-    K proofs at once), and hands each proof to the finisher."""
+class ProvingWorker(abc.ABC):
+    """One proving slot of a device: takes synthesized jobs while its device is in service, proves each
+    (``_prove``), hands the proof to the finisher, and settles a failure (``_failed``): a device error goes to the
+    ``DeviceErrorPolicy``. In-process (``DeviceWorker``) or feeding a device worker process (``procs.ProcessLane``)."""
 
-    def __init__(self, state: WorkerState, backend, stages: Stages, tracker: JobTracker, keys: KeyManager,
-                 device_errors: DeviceErrorPolicy):
-        self.state, self.backend, self.stages, self.tracker, self.keys = state, backend, stages, tracker, keys
+    def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, device_errors: DeviceErrorPolicy):
+        self.state, self.stages, self.tracker = state, stages, tracker
         self.device_errors = device_errors
-        self.lane = backend.new_lane() if is_device_backend(backend) else None
+        device_errors.enlist(state)
 
-    def run(self) -> None:
-        try:
-            self._serve()
-        finally:
-            if self.lane is not None:
-                self.lane.close()
+    def out_of_service(self) -> bool:
+        return self.device_errors.out_of_service(self.state)
 
     def _serve(self) -> None:
-        out_of_service = functools.partial(self.device_errors.out_of_service, self.state)
         while True:
             try:
-                item = self.stages.ready.pop(give_up=out_of_service)  # woken when a worker's error takes the device down
+                item = self.stages.ready.pop(give_up=self.out_of_service)  # woken when an error takes the device down
             except SchedulerClosed:
                 return
             if item is None:
                 return
             job_id, job = item
-            if out_of_service():  # the device went down as this job was taken
+            if self.out_of_service():  # the device went down as this job was taken
                 self._hand_back(job)
                 return
             self.stages.slots.release()
@@ -263,13 +273,19 @@ class DeviceWorker:
                 proof = self._prove(job)
             except BaseException as exc:  # noqa: BLE001
                 self.state.update(job=None)
-                if not (is_device_backend(self.backend) and self.backend.is_device_error(exc)):
-                    self.tracker.end_with(job, exc)
-                elif not self.device_errors.handle(self.state, self.backend, job, exc):
+                if not self._failed(job, exc):
                     return  # the device failed its self-test: this worker stops for good
             else:
                 self.state.update(job=None, jobs_done=self.state.jobs_done + 1)
                 self.stages.proved.put((job, proof))
+
+    @abc.abstractmethod
+    def _prove(self, job: LiveJob) -> Proof:
+        """The job's proving half on this worker's device; the proof is not verified yet."""
+
+    @abc.abstractmethod
+    def _failed(self, job: LiveJob, exc: BaseException) -> bool:
+        """Settle a job that raised ``exc``; False when its device is now out of service."""
 
     def _hand_back(self, job: LiveJob) -> None:
         """Put a job taken from ``ready`` back for the other devices (its slot stays taken: it waits again)."""
@@ -279,6 +295,31 @@ class DeviceWorker:
             job.release()
             self.tracker.interrupt(job)
 
+
+class DeviceWorker(ProvingWorker):
+    """Proves synthesized jobs on one backend device, one at a time in its own lane (a device with K workers runs
+    K proofs at once), and hands each proof to the finisher."""
+
+    def __init__(self, state: WorkerState, backend, stages: Stages, tracker: JobTracker, keys: KeyManager,
+                 device_errors: DeviceErrorPolicy):
+        super().__init__(state, stages, tracker, device_errors)
+        self.backend, self.keys = backend, keys
+        self.lane = backend.new_lane() if is_device_backend(backend) else None
+
+    def run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            if self.lane is not None:
+                self.lane.close()
+
+    def _failed(self, job: LiveJob, exc: BaseException) -> bool:
+        if not is_device_error_on(self.backend, exc):
+            self.tracker.end_with(job, exc)
+            return True
+        curve = job.grant.lease.header.curve if job.grant is not None else BN254
+        return self.device_errors.handle(self.state, job, exc, lambda: device_self_test(self.backend, curve))
+
     def _prove(self, job: LiveJob) -> Proof:
         """The proving half on this device; the proof is not verified yet. PROVING is live state only (a replay
         treats it as started, and the device should not wait on a journal commit)."""
@@ -286,7 +327,8 @@ class DeviceWorker:
         self.tracker.set_state(job, JobState.PROVING)
         grant = job.grant
         synthesis, job.synthesis = job.synthesis, None
-        vectors = self._wait_for_vectors(job) if grant.workset.device_vectors else None
+        # Admission sized the job without host vectors because this device's whole budget holds them beside the key.
+        vectors = wait_for_vectors(self.backend, grant.lease.header, job.cancelled) if grant.workset.device_vectors else None
         try:
             # Bases (and the coefficients a deferred synthesis needs) resident in VRAM when they fit. The lane is left
             # (its device work done) before they are released: nothing reads them after.
@@ -298,17 +340,6 @@ class DeviceWorker:
         finally:
             if vectors is not None:
                 vectors.release()
-
-    def _wait_for_vectors(self, job: LiveJob) -> VramReservation | None:
-        """The VRAM of the proof's vectors, waited for: admission sized the job without host vectors because this
-        device's whole budget holds them beside the key. Taken before the key's device lease, so a waiting proof holds
-        nothing on the device: the room it waits for is held by proofs that end, or by idle keys that are evicted.
-        None only for vectors beyond the whole budget (admission rules that out): the proof then copies per
-        operation."""
-        nbytes = device_vector_bytes(job.grant.lease.header)
-        vectors = self.backend.vram.reserve_when_free(nbytes, "proof vectors", job.cancelled)
-        job.checkpoint()  # cancelled while it waited: nothing is reserved
-        return vectors
 
 
 class Finisher:

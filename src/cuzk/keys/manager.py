@@ -181,18 +181,25 @@ class KeyManager:
         self._ring_turns = threading.Lock()
         self._ring_reservation: Reservation | None = None
         # Copies the prover processes hold of a key leased here at the device tier (``attach_provers``).
-        self._prover_copy: Callable[[ZKeyHeader], int] | None = None
+        self._prover_copy: Callable[[str, Path, ZKeyHeader], int] | None = None
         self._drop_prover_copy: Callable[[str, Path], object] | None = None
+        self._provers_devices: Callable[[], list[dict]] | None = None  # their VRAM tiers' status (``attach_provers``)
         budget.register_evictor(self.evict_idle)
 
-    def attach_provers(self, copy_bytes: Callable[[ZKeyHeader], int], drop: Callable[[str, Path], object]) -> None:
-        """With ``provers_hold_keys``: each key leased here also reserves the ``copy_bytes`` of it a prover process holds
-        (a CPU worker process's hot copy), and ``drop(name, path)`` tells the provers to free theirs when it goes cold
-        here — so a worker's copy lives no longer than its reservation. Call before any key loads."""
-        self._prover_copy, self._drop_prover_copy = copy_bytes, drop
+    def attach_provers(self, copy_bytes: Callable[[str, Path, ZKeyHeader], int], drop: Callable[[str, Path], object],
+                       devices: Callable[[], list[dict]] | None = None) -> None:
+        """With ``provers_hold_keys``: each key leased here also reserves the ``copy_bytes(name, path, header)`` of it the
+        prover processes hold (their hot copies: a CPU worker's, a GPU worker's that does not home the key in VRAM),
+        and ``drop(name, path)`` tells the provers to free theirs when it goes cold here — so a worker's copy lives no
+        longer than its reservation. ``devices``: the status of the VRAM tiers the provers hold (GPU worker
+        processes), which ``device_status`` and each key's ``resident_devices`` then show. Call before any key
+        loads; ``copy_bytes`` may be asked under this manager's lock, so it must not call back into this manager."""
+        self._prover_copy, self._drop_prover_copy, self._provers_devices = copy_bytes, drop, devices
 
-    def _prover_bytes(self, header: ZKeyHeader, tier: KeyTier) -> int:
-        return self._prover_copy(header) if self._prover_copy is not None and tier is KeyTier.DEVICE else 0
+    def _prover_bytes(self, entry: _Entry, tier: KeyTier) -> int:
+        if self._prover_copy is None or tier is not KeyTier.DEVICE:
+            return 0
+        return self._prover_copy(entry.name, entry.path, entry.header)
 
     # ---- registration -------------------------------------------------------------------
     def register(self, name: str, path: str | os.PathLike) -> ZKeyHeader:
@@ -240,8 +247,8 @@ class KeyManager:
         """Host bytes ``name`` holds at ``tier`` (default: its home, ``home``)."""
         tier = tier or self.home(name)
         with self._lock:
-            header = self._get(name).header
-        return footprint(header, tier, chunk_bytes=self.chunk_bytes) + self._prover_bytes(header, tier)
+            entry = self._get(name)
+        return footprint(entry.header, tier, chunk_bytes=self.chunk_bytes) + self._prover_bytes(entry, tier)
 
     def home(self, name: str) -> KeyTier:
         """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
@@ -362,6 +369,8 @@ class KeyManager:
 
     def device_status(self) -> list[dict]:
         """Per device: its VRAM budget, the resident keys (bytes, in use, idle) and why others are not resident."""
+        if self._provers_devices is not None:
+            return self._provers_devices()
         with self._lock:
             devices = list(self._devices.values())
         return [keys.status() for keys in sorted(devices, key=lambda k: k.device)]
@@ -392,7 +401,7 @@ class KeyManager:
     def _load(self, entry: _Entry, tier: KeyTier, cancelled: Callable[[], bool] | None) -> None:
         header = entry.header
         label = f"key {entry.name} ({tier.value})"
-        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes) + self._prover_bytes(header, tier), label,
+        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes) + self._prover_bytes(entry, tier), label,
                                     cancelled)
         t0 = time.perf_counter()
         try:
@@ -526,7 +535,7 @@ class KeyManager:
         freed = reservation.nbytes
         self._mark_cold(entry)  # drops the entry's ZKey: with no lease out, nothing else holds its arrays
         self._fit_shared_ring()
-        if self._prover_bytes(entry.header, tier):  # the provers' copies go with this reservation
+        if self._prover_bytes(entry, tier):  # the provers' copies go with this reservation
             self._drop_prover_copy(entry.name, path)
         self._free(path, buffer, reservation)
         return freed
@@ -572,8 +581,8 @@ class KeyManager:
         return host + sum(keys.uploads for keys in devices)
 
     def status(self) -> list[dict]:
+        resident = {d["device"]: set(d["keys"]) for d in self.device_status()}
         with self._lock:
-            resident = {keys.device: set(keys.resident_names()) for keys in self._devices.values()}
             now = time.monotonic()
             return [
                 {

@@ -166,6 +166,21 @@ def _evaluate_deferred(backend: Backend, zkey: ZKey, synthesis: Synthesis, w_upl
     return evaluate_ab(zkey.curve, zkey.coeffs, synthesis.w, zkey.domain_size)
 
 
+def wait_for_vectors(backend: Backend, header, cancelled: Callable[[], bool]) -> VramReservation | None:
+    """The VRAM of one proof's vectors on a device whose whole budget holds them beside the key, waited for (a device
+    worker, in-process or in a worker process, calls it before taking the key's device lease, so a waiting proof holds
+    nothing on the device: the room it waits for is held by proofs that end, or by idle keys that are evicted).
+    Raises ProofCancelled when cancelled while waiting (nothing is then reserved); None only for vectors beyond the
+    whole budget (the callers rule that out): the proof then copies per operation. ``prove_synthesized(vectors=)``
+    takes it; the caller releases it."""
+    vectors = backend.vram.reserve_when_free(device_vector_bytes(header), "proof vectors", cancelled)
+    if cancelled():
+        if vectors is not None:
+            vectors.release()
+        raise ProofCancelled()
+    return vectors
+
+
 @contextlib.contextmanager
 def _device_vectors(backend: Backend, zkey: ZKey, w: np.ndarray, vectors: VramReservation | None):
     """On a backend with device memory (CUDA): the proof's vectors reserved in its VRAM budget so that they
