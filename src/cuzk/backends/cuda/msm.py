@@ -79,11 +79,11 @@ TABLE_REBUILD_BACKOFF = 16
 SCAN_THREADS = 1024  # a block of msm_scan_counts
 SCAN_TILE = 1 << 12  # bucket counts scanned by one block of msm_scan_counts (more tiles: a second level)
 SCATTER_STRETCH_LOG = 24  # sorted entries placed by one msm_scatter_table launch
-# Window-table MSMs up to this many points replay a captured graph (MsmGraph): one launch where ~30 cost the proof's
-# host thread GIL time (at 2^20 through the daemon the launches were 40 % of a proving thread's GIL samples, the
-# first limit of a busy GPU: GPU_NOTES session 8) and a small MSM its latency. Idle graphs are the VRAM budget's to
-# evict; above 2^22 one graph's buffers (3 GiB for G1 at 2^24) weigh more than its launches cost.
-GRAPH_MAX_POINTS = 1 << 22
+# Window-table MSMs up to this many points replay a captured graph (MsmGraph): at these sizes launch latency, not
+# work, is their time. Raised to 2^22 (to save the proving threads' launch time under the GIL at 2^20), the daemon
+# proved slower in the same call (2^20, worker process: 25.4 against 29.5 proofs/s, GPU busy 58 against 67 %,
+# VRAM peak 13.2 against 10.8 GiB; GPU_NOTES session 8), so above 2^18 the MSM launches its kernels itself.
+GRAPH_MAX_POINTS = 1 << 18
 # Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
 # tree (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24, 1.52 -> 1.41 ms at 2^16; GPU_NOTES v7).
 SEQ_JOIN_SPAN = 16
