@@ -56,3 +56,70 @@ def test_no_daemon_fails_fast_for_status_and_within_the_grace_for_retried_calls(
             with pytest.raises(DaemonUnavailable):
                 client.await_proof("0" * 32)  # retried while unreachable, then given up after the grace
             assert time.monotonic() - t0 >= 0.5 and len(waits) == 1 and waits[0].endswith("giving up after 0.5 s")
+
+
+def _serve_unix(path, answer):
+    """A one-connection-at-a-time server on the unix socket ``path``: ``answer(request_bytes) -> bytes`` is written back,
+    then the connection is closed (as the daemon's HTTP/1.0 listener closes it)."""
+    import socketserver
+    import threading
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self):
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += self.request.recv(1 << 16)
+            length = int(next((line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), b"0"))
+            while len(head.partition(b"\r\n\r\n")[2]) < length:
+                head += self.request.recv(1 << 16)
+            self.wfile.write(answer(head))
+
+    server = socketserver.UnixStreamServer(str(path), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_the_local_http_client_reads_the_daemons_answer_and_names_what_is_not_one(tmp_path):
+    """``LocalHttpClient`` speaks HTTP/1.0 on the socket itself (no http.client): a whole answer becomes the proof, an
+    answer cut short is a daemon that went away (retried within the grace, then DaemonUnavailable), and something
+    other than HTTP on the socket is named, never parsed as a proof."""
+    import json
+
+    from cuzk.client_base import DaemonError
+    from cuzk.local_client import LocalHttpClient, local_http_socket
+
+    witness = tmp_path / "w.wtns"
+    witness.write_bytes(b"\0" * 64)
+    requests = []
+    proof = {"pi_a": ["1", "2", "1"], "protocol": "groth16"}
+
+    def whole(request: bytes) -> bytes:
+        requests.append(request)
+        body = json.dumps({"proof": proof, "publicSignals": ["7"]}).encode()
+        return (b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nX-Cuzk-Job-Id: j1\r\n"
+                b'X-Cuzk-Timings: {"msm": 0.5}\r\nContent-Length: ' + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    cases = {"whole": whole,
+             "cut": lambda request: b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"proof\"",
+             "none": lambda request: b"",
+             "other": lambda request: b"SSH-2.0-OpenSSH_9.6\r\n\r\n"}
+    servers = [_serve_unix(local_http_socket(tmp_path / f"{name}.sock"), answer) for name, answer in cases.items()]
+    try:
+        result = LocalHttpClient(f"unix:{tmp_path}/whole.sock").prove("k", witness, priority="high")
+        assert (result.job_id, result.proof, result.public_signals, result.timings) == ("j1", proof, ["7"], {"msm": 0.5})
+        head, _, body = requests[0].partition(b"\r\n\r\n")
+        request_line, *headers = head.decode().split("\r\n")
+        assert request_line.startswith("POST /v1/prove/k?timeout_s=") and request_line.endswith(" HTTP/1.0")
+        assert f"Content-Length: {len(body)}" in headers and json.loads(body)["witness_path"] == str(witness)
+        assert json.loads(body)["priority"] == "high"
+        for name in ("cut", "none"):
+            waits = []
+            with pytest.raises(DaemonUnavailable, match=f"no cuzk daemon answers at unix:.*{name}.http.sock: the (answer|connection) ended"):
+                LocalHttpClient(f"unix:{tmp_path}/{name}.sock", restart_grace=0.2, on_wait=waits.append).prove("k", witness)
+            assert len(waits) == 1
+        with pytest.raises(DaemonError, match="other.http.sock answered with something other than HTTP: 'SSH-2.0"):
+            LocalHttpClient(f"unix:{tmp_path}/other.sock", restart_grace=0.2).prove("k", witness)
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
