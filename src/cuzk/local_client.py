@@ -10,9 +10,9 @@ where the daemon refuses the path) and does nothing else: every other call is gR
 
 The exchange is written on the socket module rather than ``http.client``: importing http.client (its email parser and
 ssl) cost ~20-25 ms of a one-shot call's ~90 ms on two cores, more than the daemon's whole answer on a small circuit.
-The peer is always cuzk's own daemon (``server/http.py``, http.server's HTTP/1.0: one request per connection, closed
-after the answer, which always carries its Content-Length), so the request is one write and the answer is read to the
-end of the stream; an answer that is not such a response is reported as the daemon's error, never trusted.
+The peer is always cuzk's own daemon (``server/http.py``, http.server: one request per connection, every answer with
+its Content-Length), so the request is one write and the answer is read up to its announced length; an answer that is
+not such a response is reported as the daemon's error, never trusted.
 """
 
 from __future__ import annotations
@@ -51,31 +51,35 @@ def local_http_socket(grpc_socket: str | os.PathLike) -> str:
 
 
 def _exchange(path: str, request: bytes, timeout: float | None) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` on the unix socket at ``path`` and read the answer to the end: (status, headers by lower-case
-    name, body). ``Unanswered`` when no daemon takes it or the connection ends before a whole answer."""
+    """Send ``request`` on the unix socket at ``path`` and read the answer: (status, headers by lower-case name, body of
+    the Content-Length the answer announces, else up to the end of the stream). ``Unanswered`` when no daemon takes it
+    or the connection ends before a whole answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
         sock.sendall(request)
-        chunks = []
+        received, head, status, headers, length = b"", None, 0, {}, None
         while chunk := sock.recv(1 << 16):
-            chunks.append(chunk)
-    head, blank, body = b"".join(chunks).partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = status_line.partition(" ")
-    code = rest[:3]
-    if not blank:  # the daemon went away before it answered (a restart): the retry proves once, by the request id
+            received += chunk
+            if head is None and b"\r\n\r\n" in received:
+                head, _, received = received.partition(b"\r\n\r\n")
+                status_line, *header_lines = head.decode("latin-1").split("\r\n")
+                version, _, rest = status_line.partition(" ")
+                if not version.startswith("HTTP/1.") or not rest[:3].isdigit():
+                    raise DaemonError("UNKNOWN", f"{path} answered with something other than HTTP: {status_line[:80]!r}")
+                status = int(rest[:3])
+                for line in header_lines:
+                    name, _, value = line.partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                announced = headers.get("content-length", "")
+                length = int(announced) if announced.isdigit() else None
+            if length is not None and len(received) >= length:
+                break
+    if head is None:  # the daemon went away before it answered (a restart): the retry proves once, by the request id
         raise Unanswered("the connection ended before a whole answer")
-    if not version.startswith("HTTP/1.") or not code.isdigit():
-        raise DaemonError("UNKNOWN", f"{path} answered with something other than HTTP: {status_line[:80]!r}")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) != len(body)):
-        raise Unanswered(f"the answer ended after {len(body)} of its {length} bytes")
-    return int(code), headers, body
+    if length is not None and len(received) != length:
+        raise Unanswered(f"the answer ended after {len(received)} of its {length} bytes")
+    return status, headers, received
 
 
 class LocalHttpClient(ClientBase):
