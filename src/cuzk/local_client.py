@@ -11,8 +11,8 @@ where the daemon refuses the path) and does nothing else: every other call is gR
 The exchange is written on the socket module rather than ``http.client``: importing http.client (its email parser and
 ssl) cost ~20-25 ms of a one-shot call's ~90 ms on two cores, more than the daemon's whole answer on a small circuit.
 The peer is always cuzk's own daemon (``server/http.py``, http.server: one request per connection, every answer with
-its Content-Length), so the request is one write and the answer is read up to its announced length; an answer that is
-not such a response is reported as the daemon's error, never trusted.
+its Content-Length), so the request is written as it is and the answer read up to its announced length; an answer
+that is not such a response is reported as the daemon's error, never trusted.
 """
 
 from __future__ import annotations
@@ -50,14 +50,16 @@ def local_http_socket(grpc_socket: str | os.PathLike) -> str:
     return str(Path(grpc_socket).with_suffix(".http.sock"))
 
 
-def _exchange(path: str, request: bytes, timeout: float | None) -> tuple[int, dict[str, str], bytes]:
-    """Send ``request`` on the unix socket at ``path`` and read the answer: (status, headers by lower-case name, body of
+def _exchange(path: str, request_head: bytes, body: bytes, timeout: float | None) -> tuple[int, dict[str, str], bytes]:
+    """Send a request (its head, then its body: a witness's bytes are never copied into one buffer) on the unix socket
+    at ``path`` and read the answer: (status, headers by lower-case name, body of
     the Content-Length the answer announces, else up to the end of the stream). ``Unanswered`` when no daemon takes it
     or the connection ends before a whole answer."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(timeout)
         sock.connect(path)
-        sock.sendall(request)
+        sock.sendall(request_head)
+        sock.sendall(body)
         received, head, status, headers, length = b"", None, 0, {}, None
         while chunk := sock.recv(1 << 16):
             received += chunk
@@ -130,10 +132,10 @@ class LocalHttpClient(ClientBase):
         return self._with_witness(witness, None, send).checked()
 
     def _post(self, url: str, body: bytes, content_type: str, timeout: float | None) -> ProofResult:
-        request = (f"POST {url} HTTP/1.0\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
-                   f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        head = (f"POST {url} HTTP/1.0\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
         try:
-            status, headers, payload = _exchange(self.address[5:], request, timeout)
+            status, headers, payload = _exchange(self.address[5:], head, body, timeout)
         except TimeoutError:
             raise AwaitTimeout("the daemon did not answer in time") from None
         except (ConnectionError, FileNotFoundError) as exc:  # nothing listening, the socket file gone, the daemon gone
