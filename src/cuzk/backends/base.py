@@ -150,6 +150,11 @@ class DeviceBackend(Backend, Protocol):
         (0: none); a cache beside them that the budget evicts for proofs."""
         ...
 
+    def ntt_table_bytes(self, curve: Curve, n: int) -> int:
+        """Device bytes of the twiddle and coset tables an n-point NTT builds on first use and keeps (reserved in
+        the VRAM budget, never evicted)."""
+        ...
+
 
 def is_device_backend(backend) -> bool:
     """Whether ``backend`` has memory of its own (a ``DeviceBackend``: CUDA); the CPU backend proves from host memory.

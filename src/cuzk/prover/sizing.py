@@ -196,11 +196,14 @@ def coefficient_bytes(header: ZKeyHeader) -> int:
 
 def proof_vram_bytes(header: ZKeyHeader, backend: DeviceBackend, *, vectors_reserved: bool = False) -> int:
     """Device bytes one proof needs beside resident bases: its field vectors (unless ``vectors_reserved``: the proof
-    holds them already) and the working set of the largest MSM with resident bases — G1's over max(V, N) points or
-    G2's over V, whose points are twice as wide (the MSM's own count: its chunk planner needs it too)."""
+    holds them already), the working set of the largest MSM with resident bases — G1's over max(V, N) points or
+    G2's over V, whose points are twice as wide (the MSM's own count: its chunk planner needs it too) — and the NTT
+    tables of its domain, which the device caches on first use: counted with each proof (K proofs share one copy),
+    because left out they took the room a tight budget had promised the proof's last MSM (VramExhaustedError)."""
     largest = max(backend.msm_working_bytes(header.curve, "g1", max(header.n_vars, header.domain_size), resident=True),
                   backend.msm_working_bytes(header.curve, "g2", header.n_vars, resident=True))
-    return (0 if vectors_reserved else device_vector_bytes(header)) + largest
+    tables = backend.ntt_table_bytes(header.curve, header.domain_size)
+    return (0 if vectors_reserved else device_vector_bytes(header)) + largest + tables
 
 
 def holds_device_vectors(header: ZKeyHeader, backend: DeviceBackend, *, coefficients: bool = False) -> bool:

@@ -124,6 +124,9 @@ class CudaBackend:
     def msm_table_bytes(self, curve: Curve, group: str, n: int) -> int:
         return self.msm.table_bytes(curve, group, n) if self.msm.window_tables else 0
 
+    def ntt_table_bytes(self, curve: Curve, n: int) -> int:
+        return self.transforms.table_bytes(curve, n)
+
     # ---------------------------------------------------------------- synthesis
     @on_device
     def upload_coefficients(self, curve: Curve, coeffs, n_vars: int, domain_size: int) -> DeviceCoefficients:

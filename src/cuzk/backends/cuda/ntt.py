@@ -56,6 +56,14 @@ class CudaNtt:
         self._outgrown: list[tuple] = []  # tables replaced by larger ones: see the module docstring
         self._inverse_factors: dict[tuple[str, int], object] = {}
 
+    @staticmethod
+    def table_bytes(curve: Curve, n: int) -> int:
+        """Device bytes of the tables an n-point transform (and its coset scaling) leaves cached on the device: the
+        twiddles of both directions (n/2 elements each) and the coset factors' hi and lo halves."""
+        if n < 2:
+            return 0
+        return (n + min(n, 1 << COSET_SPLIT) + max(1, n >> COSET_SPLIT)) * curve.Fr.n8
+
     def _fr_rows(self, curve: Curve, values: list[int]):
         from ...formats.limbs import ints_to_limbs
 
