@@ -514,6 +514,12 @@ def test_bad_requests_get_clear_errors_and_the_daemon_keeps_serving(daemon, clie
     with pytest.raises(DaemonError, match=r"wtns") as info:
         client.submit(toy.name, b"not a witness at all" * 10)
     assert info.value.code == "INVALID_ARGUMENT"
+    assert str(info.value).startswith("witness: ") and "/witness/" not in str(info.value)  # not the journal's copy
+    bad_file = tmp_path / "bad.wtns"
+    bad_file.write_bytes(b"not a witness at all" * 10)
+    with pytest.raises(DaemonError, match=re.escape(str(bad_file))) as info:  # sent as its path: named by it
+        client.submit(toy.name, bad_file)
+    assert info.value.code == "INVALID_ARGUMENT"
     with pytest.raises(DaemonError, match="no witness"):
         client.submit(toy.name, b"")
 

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from pathlib import Path
 
+from ..formats.errors import FormatError
 from ..formats.wtns import read_wtns, wtns_file_size
 from ..formats.zkey import ZKeyHeader
 from ..memory.units import format_size
@@ -74,8 +75,13 @@ def journal_witness(journal: Journal, circuit: str, header: ZKeyHeader, witness:
     if not isinstance(witness, (bytes, bytearray, memoryview, str, os.PathLike)):
         raise JobError(f"witness must be the .wtns file's bytes or its path, got {type(witness).__name__}")
 
+    shown = str(witness) if isinstance(witness, (str, os.PathLike)) else "witness"
+
     def check(path: Path) -> None:
-        check_inputs(header, read_wtns(path, resident=False))  # the job maps it later: keep none of it resident now
+        try:
+            check_inputs(header, read_wtns(path, resident=False))  # the job maps it later: keep none of it resident now
+        except FormatError as exc:  # named as the client knows it, not as the journal's copy (witness/<job>.wtns)
+            raise FormatError(shown, exc.problem, exc.section) from None
 
     if isinstance(witness, (str, os.PathLike)):
         with open_witness_file(witness, header, identity) as source:
