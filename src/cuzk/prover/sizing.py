@@ -18,7 +18,7 @@ follows what ``prover.groth16`` allocates:
   output exist at once (3·N·E): at worst, transforming B while A's new vector and the old
   A/B allocation are alive, 7·N·E. The CPU backend also keeps NTT tables per domain
   (twiddles of both directions, N/2 elements each, and the 8-byte bit-reversal index) —
-  N·E + 8·N; a device keeps its tables in VRAM;
+  N·E + 8·N; a device keeps its tables in VRAM, counted in ``proof_vram_bytes``;
 - MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
   largest MSM (recoded scalar copy and indices per point, plus bounded per-task bucket
   sorting space); a device's MSM scratch is in VRAM and its staging buffers come from the
