@@ -525,8 +525,8 @@ def window_table(curve: Curve, bases: np.ndarray, c: int | None = None) -> Windo
     n_windows = _windows_needed(bits, c)
     table = np.empty(((n_windows - 1) * n,) + rows.shape[1:], np.uint64)
     fc = field_consts(curve.Fq)
-    pieces = _chunks(n, max(1, min(n, max(numba.config.NUMBA_NUM_THREADS, -(-n // TABLE_BUILD_CHUNK)))))
-    list(_pool().map(lambda span: _build_table_rows(rows, table, c, span[0], span[1], fc), pieces))
+    pieces = _chunks(n, min(n, max(numba.config.NUMBA_NUM_THREADS, -(-n // TABLE_BUILD_CHUNK))))
+    list(_pool().map(lambda span: _build_table_rows(rows, table, c, span[0], span[1], fc), pieces))  # none for n = 0
     return WindowTable(c, n_windows, read_only(table))
 
 
