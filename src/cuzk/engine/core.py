@@ -152,7 +152,8 @@ class Engine(TrackedJobs):
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
                                    default_tier=KeyTier(config.key_tier), key_home=config.key_home,
                                    allocator=None if self.backends and on_device else PageAlignedAllocator(),
-                                   provers_hold_keys=config.device_processes)
+                                   provers_hold_keys=config.device_processes,
+                                   msm_tables=config.cpu_msm_tables if not on_device and self.backends else False)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
