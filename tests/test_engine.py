@@ -30,7 +30,7 @@ from cuzk.prover.sizing import CALIBRATION_HEADROOM, host_working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
-from cuzk.keys.host import KeyTier, footprint, load_peak
+from cuzk.keys.host import KeyTier, footprint, load_peak, msm_table_bytes
 from cuzk.memory.process import PeakProbe
 from cuzk.memory.budget import MemoryBudget
 from cuzk.prover.groth16 import ProvingError
@@ -170,6 +170,28 @@ def test_corpus_circuit_through_the_engine(make_engine, tmp_path):
     assert record.public_signals == load_json(d / "public.json")
     proof, public = write_result(record, tmp_path)
     assert snarkjs_verify(d / "verification_key.json", public, proof)
+
+
+@pytest.mark.parametrize("name", ["large", "bls", "poseidon_chain_16"])
+def test_proofs_with_msm_window_tables_verify_with_snarkjs(make_engine, circuits, tmp_path, name):
+    """cpu_msm_tables = true: the key's hot copy holds its MSMs' window tables (counted in its footprint), and the
+    proofs made with them verify (the project's circuits, and a corpus one where ../shared is present)."""
+    if name in circuits:
+        c, vkey = circuits[name], tmp_path / "vkey.json"
+        zkey, witness = c.zkey, c.witness
+        write_vkey(vkey, vkey_from_zkey(read_zkey(zkey)))
+    else:
+        d = corpus_dir(name)
+        zkey, witness, vkey = d / "circuit.zkey", (d / "witness.wtns").read_bytes(), d / "verification_key.json"
+    engine = make_engine(keys=(), cpu_msm_tables=True)
+    engine.register_key(name, zkey)
+    records = [engine.await_result(engine.submit(name, witness), timeout=SLOW) for _ in range(2)]
+    key = next(k for k in engine.status()["keys"] if k["name"] == name)
+    assert key["msm_table_bytes"] == msm_table_bytes(read_zkey_header(zkey)) > 0 and key["loads"] == 1
+    assert key["reserved_bytes"] == footprint(read_zkey_header(zkey), KeyTier.HOT, msm_tables=True)
+    for i, record in enumerate(records):
+        assert record.state is JobState.DONE, record.error
+        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path, str(i))))
 
 
 def test_request_id_is_idempotent(make_engine, circuits):
