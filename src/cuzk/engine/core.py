@@ -361,7 +361,9 @@ class Engine(TrackedJobs):
         from .warmup import warm_up
 
         curves = {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"}
-        return self._procs.warm_up(curves) if self._procs is not None else warm_up(self.backends, curves)
+        if self._procs is not None:
+            return self._procs.warm_up(curves)
+        return warm_up(self.backends, curves, msm_tables=self.keys.msm_tables is not False)
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""

@@ -21,7 +21,7 @@ follows what ``prover.groth16`` allocates:
   N·E + 8·N; a device keeps its tables in VRAM, counted in ``proof_vram_bytes``;
 - MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
   largest MSM (recoded scalar copy and indices per point, plus bounded per-task bucket
-  sorting space); a device's MSM scratch is in VRAM and its staging buffers come from the
+  sorting space: over a key's window tables a task sorts every window of its points); a device's MSM scratch is in VRAM and its staging buffers come from the
   pinned pool, which holds its own reservation;
 - on a device, *with device vectors* (``device_vectors``: every device's whole VRAM budget holds
   the key's resident bases, its coefficients where they are resident, and one proof's vectors
@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numba
 
 from ..backends.base import DeviceBackend
+from ..backends.cpu.msm import table_task_entries
 from ..formats.zkey import KEY_BASES, ZKeyHeader
 
 ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
@@ -115,8 +116,10 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     # One task per thread at a time: its points sorted by bucket (x, y), the pair arrays of the
     # batched affine additions (at most one pair per two points: denominator, prefix product,
     # two indices and a case byte) and digit/infinity bytes; plus start/length per bucket.
-    m = min(n, MSM_TASK_POINTS)
-    per_task = m * (3 * coord + 16) + min(n, MSM_MAX_BUCKETS) * 16
+    # Over a key's window tables (keys.host.with_msm_tables) a task sorts every window of its points: more entries
+    # for small n, each with its row index and digit (12 bytes more).
+    m = max(min(n, MSM_TASK_POINTS), table_task_entries(n, header.curve.r.bit_length()))
+    per_task = m * (3 * coord + 28) + min(n, MSM_MAX_BUCKETS) * 16
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
 
 

@@ -515,6 +515,14 @@ def table_window_bits(n: int, scalar_bits: int, threads: int | None = None) -> i
     return min(range(2, MAX_TABLE_WINDOW + 1), key=cost)
 
 
+def table_task_entries(n: int, scalar_bits: int) -> int:
+    """The most (point, window) entries one task of a table MSM over n bases sorts into its buckets: what its
+    scratch grows with (prover/sizing.py bounds it)."""
+    threads = numba.config.NUMBA_NUM_THREADS
+    w = _windows_needed(scalar_bits, table_window_bits(n, scalar_bits, threads))
+    return -(-n // _table_pieces(n, w, threads)) * w
+
+
 def table_bytes(curve: Curve, group: str, n: int) -> int:
     """Bytes of the window table ``window_table`` builds for n bases of ``group`` ("g1"/"g2") on ``curve``."""
     c = table_window_bits(n, curve.r.bit_length())
