@@ -118,7 +118,8 @@ def make_engine(tmp_path, circuits):
     made: list[Engine] = []
 
     def make(*, budget: int = 1 << 30, keys=("small",), data_dir=None, start=True, **overrides) -> Engine:
-        cfg = dict(backend="cpu", key_idle_evict_s=0, reconcile=False)
+        # No MSM window tables unless a test asks: budgets here are computed from the keys' plain footprints.
+        cfg = dict(backend="cpu", cpu_msm_tables=False, key_idle_evict_s=0, reconcile=False)
         cfg.update(overrides)
         engine = Engine(EngineConfig(data_dir=data_dir or tmp_path / "data", **cfg), budget=MemoryBudget(budget))
         made.append(engine)

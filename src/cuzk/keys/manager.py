@@ -269,6 +269,11 @@ class KeyManager:
         return (footprint(entry.header, tier, chunk_bytes=self.chunk_bytes, msm_tables=entry.msm_tables)
                 + self._prover_bytes(entry, tier))
 
+    def holds_msm_tables(self, name: str) -> bool:
+        """Whether ``name``'s hot copy holds MSM window tables (its proofs' MSM scratch grows with them: sizing)."""
+        with self._lock:
+            return self._get(name).msm_tables
+
     def home(self, name: str) -> KeyTier:
         """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
         and coefficients beside a proof; the default host tier otherwise. DeviceKeyTooLarge for ``key_home =
