@@ -724,6 +724,10 @@ def test_engine_config_from_the_daemon_table(tmp_path):
         EngineConfig.from_mapping(tmp_path, {"nonsense": 1})
     with pytest.raises(ValueError, match="synth_workers"):
         EngineConfig(data_dir=tmp_path, synth_workers=0)
+    assert EngineConfig.from_mapping(tmp_path, {"cpu_msm_tables": False}).cpu_msm_tables is False
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="cpu_msm_tables"):
+            EngineConfig(data_dir=tmp_path, cpu_msm_tables=bad)
 
 
 def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, tmp_path):
