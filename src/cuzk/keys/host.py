@@ -108,6 +108,12 @@ def msm_table_bytes(header: ZKeyHeader) -> int:
     return sum(cpu_msm.table_bytes(header.curve, group, shapes[name][1][0]) for name, group in MSM_BASES.items())
 
 
+def msm_table_build_bytes(header: ZKeyHeader) -> int:
+    """Scratch ``with_msm_tables`` holds beside the tables while it builds them (one base array at a time)."""
+    shapes = array_shapes(header)
+    return max(cpu_msm.table_build_scratch_bytes(header.curve, group, shapes[name][1][0]) for name, group in MSM_BASES.items())
+
+
 def with_msm_tables(zkey: ZKey) -> ZKey:
     """The key with each MSM's bases carrying their window table (``TabledBases``), which the CPU MSM uses."""
     return replace(zkey, **{name: cpu_msm.TabledBases.of(getattr(zkey, name), cpu_msm.window_table(zkey.curve, getattr(zkey, name)))
@@ -137,9 +143,11 @@ def footprint(header: ZKeyHeader, tier: KeyTier, *, chunk_bytes: int | None = No
 
 
 def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int, msm_tables: bool = False) -> int:
-    """Bytes reserved while loading to ``tier``: the footprint, plus the staging ring a hot load reads through."""
+    """Bytes reserved while loading to ``tier``: the footprint, plus the staging ring a hot load reads through (or,
+    when larger, the scratch of building its MSM tables after the read)."""
     if tier is KeyTier.HOT:
-        return footprint(header, tier, msm_tables=msm_tables) + ring_bytes(read_chunk_bytes(header, chunk_bytes))
+        transient = ring_bytes(read_chunk_bytes(header, chunk_bytes))
+        return footprint(header, tier, msm_tables=msm_tables) + max(transient, msm_table_build_bytes(header) if msm_tables else 0)
     return footprint(header, tier, chunk_bytes=chunk_bytes)
 
 

@@ -433,8 +433,7 @@ class KeyManager:
         try:
             if tier is KeyTier.HOT:
                 zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
-                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT, msm_tables=tables))  # the ring
-                if tables:
+                if tables:  # built inside the load's reservation, its transient part (the ring's) covering the scratch
                     t = time.perf_counter()
                     try:
                         zkey = with_msm_tables(zkey)
@@ -445,6 +444,7 @@ class KeyManager:
                     table_seconds = time.perf_counter() - t
                     log.info("key %s: MSM window tables (%s) built in %.2f s", entry.name,
                              format_size(msm_table_bytes(header)), table_seconds)
+                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT, msm_tables=tables))  # transient
             elif tier is KeyTier.DEVICE:
                 entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes), turns=self._ring_turns)
                 zkey, buffer = load_device_home(entry.path, header, entry.ring), None

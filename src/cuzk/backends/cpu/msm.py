@@ -530,6 +530,18 @@ def table_bytes(curve: Curve, group: str, n: int) -> int:
     return (_windows_needed(curve.r.bit_length(), c) - 1) * n * point
 
 
+def _build_pieces(n: int) -> list[tuple[int, int]]:
+    return _chunks(n, min(n, max(numba.config.NUMBA_NUM_THREADS, -(-n // TABLE_BUILD_CHUNK))))
+
+
+def table_build_scratch_bytes(curve: Curve, group: str, n: int) -> int:
+    """Most bytes ``window_table`` holds beside the table while it builds one for n bases: each running task's
+    Jacobian points and prefix products (4 coordinates a point)."""
+    pieces = _build_pieces(n)
+    most = max((hi - lo for lo, hi in pieces), default=0)
+    return min(len(pieces), numba.config.NUMBA_NUM_THREADS) * most * 4 * curve.Fq.n8 * (2 if group == "g2" else 1)
+
+
 def window_table(curve: Curve, bases: np.ndarray, c: int | None = None) -> WindowTable:
     """The window table of ``bases`` (backends/base.py's layout, any scalar below r), window c from
     ``table_window_bits`` unless given; built on the MSM thread pool (c doublings per point and window)."""
@@ -540,8 +552,7 @@ def window_table(curve: Curve, bases: np.ndarray, c: int | None = None) -> Windo
     n_windows = _windows_needed(bits, c)
     table = np.empty(((n_windows - 1) * n,) + rows.shape[1:], np.uint64)
     fc = field_consts(curve.Fq)
-    pieces = _chunks(n, min(n, max(numba.config.NUMBA_NUM_THREADS, -(-n // TABLE_BUILD_CHUNK))))
-    list(_pool().map(lambda span: _build_table_rows(rows, table, c, span[0], span[1], fc), pieces))  # none for n = 0
+    list(_pool().map(lambda span: _build_table_rows(rows, table, c, span[0], span[1], fc), _build_pieces(n)))
     return WindowTable(c, n_windows, read_only(table))
 
 
