@@ -31,7 +31,7 @@ from cuzk.keys.manager import (
     footprint,
     load_peak,
 )
-from cuzk.keys.manager import MSM_TABLE_BUDGET_SHARE
+from cuzk.keys.manager import MSM_TABLE_AUTO_MAX_POINTS, MSM_TABLE_BUDGET_SHARE
 from cuzk.memory.budget import BudgetExceededError, MemoryBudget
 from cuzk.prover.groth16 import prove
 from cuzk.prover.setup import setup
@@ -392,7 +392,8 @@ def test_msm_tables_are_built_at_load_counted_exactly_and_prove_correctly(provin
 
 
 def test_msm_tables_policy(proving_keys):
-    """"auto" builds tables only where they take at most MSM_TABLE_BUDGET_SHARE of the budget; a warm key has none."""
+    """"auto" builds tables only where they take at most MSM_TABLE_BUDGET_SHARE of the budget and the MSMs are at most
+    MSM_TABLE_AUTO_MAX_POINTS points; a warm key has none."""
     zkey_path, _ = proving_keys[BN254.name]
     header = KeyManager(MemoryBudget(0)).register("k", zkey_path)
     need = msm_table_bytes(header)
@@ -401,6 +402,10 @@ def test_msm_tables_policy(proving_keys):
         km = KeyManager(MemoryBudget(total), idle_evict_s=0, msm_tables=policy)
         km.register("k", zkey_path)
         assert km.footprint("k") == footprint(header, KeyTier.HOT, msm_tables=tabled), (policy, total)
+    big = make_zkey(zkey_path.parent / "big.zkey", n_vars=MSM_TABLE_AUTO_MAX_POINTS + 1, domain_size=64)
+    auto = KeyManager(MemoryBudget(1 << 40), msm_tables="auto")
+    header = auto.register("big", big)  # MSMs beyond the size where tables pay
+    assert auto.footprint("big") == footprint(header, KeyTier.HOT)
     km = KeyManager(MemoryBudget(1 << 30), idle_evict_s=0, msm_tables=True, default_tier=KeyTier.WARM)
     km.register("k", zkey_path)
     with km.acquire("k") as lease:

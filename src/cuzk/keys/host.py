@@ -17,8 +17,9 @@ reservation all device-homed keys' rings share).
 On the CPU backend a hot key may also hold window tables for its five MSMs' bases
 (``with_msm_tables``: 2^(wc)·Pᵢ for every window w, ``backends.cpu.msm.WindowTable``): built once
 after the load, counted in its footprint (``msm_table_bytes``), freed with the key. They cost
-about 20× the bases and save a third of every proof's MSM time, so the key manager builds them
-only where a policy allows (``KeyManager(msm_tables=...)``, the engine's ``cpu_msm_tables``).
+about 20× the bases and save up to a third of a proof's MSM time (small keys: the tables stay
+near the cache), so the key manager builds them only where a policy allows
+(``KeyManager(msm_tables=...)``, the engine's ``cpu_msm_tables``).
 
 Footprints are computed from the header alone, so a job that could never fit is refused
 before anything loads.

@@ -81,9 +81,13 @@ KEY_HOMES = ("auto", "host", "device")
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 64 * MiB
-# msm_tables = "auto": a key's MSM window tables may take at most this share of the budget's total (they save about a
-# third of each proof's MSM time on the CPU, but cost ~20x its bases: a 2^20 key's would take ~8 GB).
+# msm_tables = "auto": a key's MSM window tables may take at most this share of the budget's total (they cost ~20x its
+# bases: a 2^20 key's would take ~8 GB) and its MSMs at most this many points. A table MSM reads each base's table row
+# once where the plain one reads the bases once per window: fast while a table stays in the cache, memory-bound once
+# it does not. Measured (benchmarks/msm_tables.py, 2-core EPYC, 32 MiB L3): MSM phase x1.42 faster at 2^12 (tables
+# 32 MiB, built in 0.8 s), x1.17 at 2^14 (114 MiB, 2.4 s), x1.01 at 2^16 (456 MiB, 9.6 s: not worth its memory).
 MSM_TABLE_BUDGET_SHARE = 1 / 8
+MSM_TABLE_AUTO_MAX_POINTS = 1 << 14
 
 @dataclass
 class _Entry:
@@ -162,8 +166,9 @@ class KeyManager:
         else page-aligned mmap. ``key_home``: see the module docstring. ``provers_hold_keys``: the device worker
         processes load the proving copies themselves (``engine.procs``), so every key is leased here at the device
         tier: its header and IC points, what the verifier needs. ``msm_tables`` (keys proved by the CPU backend
-        here): hot copies hold window tables for their MSMs — True, False, or "auto": for a key whose tables take at
-        most ``MSM_TABLE_BUDGET_SHARE`` of the budget's total."""
+        here): hot copies hold window tables for their MSMs — True, False, or "auto": for a key of at most
+        ``MSM_TABLE_AUTO_MAX_POINTS`` points an MSM whose tables take at most ``MSM_TABLE_BUDGET_SHARE`` of the
+        budget's total."""
         if chunk_bytes < PAGE:
             raise ValueError(f"chunk_bytes must be at least one page ({PAGE} bytes), got {chunk_bytes}")
         if idle_evict_s < 0:
@@ -234,9 +239,10 @@ class KeyManager:
 
     def _wants_tables(self, header: ZKeyHeader) -> bool:
         """Whether hot copies of this key hold MSM window tables (``msm_tables``): "auto" bounds them to a share of
-        the budget, so a large key on a small box never gets them."""
+        the budget, so a large key on a small box never gets them, and to keys whose MSMs they speed up."""
         if self.msm_tables == "auto":
-            return msm_table_bytes(header) <= self.budget.total_bytes * MSM_TABLE_BUDGET_SHARE
+            return (max(header.n_vars, header.domain_size) <= MSM_TABLE_AUTO_MAX_POINTS
+                    and msm_table_bytes(header) <= self.budget.total_bytes * MSM_TABLE_BUDGET_SHARE)
         return bool(self.msm_tables)
 
     def unregister(self, name: str) -> None:
