@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -194,21 +195,30 @@ def encode(curve, group: str, points) -> np.ndarray:
     return np.frombuffer(raw, dtype="<u4").reshape(shape).copy()
 
 
-def run_msm(curve, group: str, points, scalars):
+WINDOW_TABLES = False  # the msm_path fixture's "table" plan sets it: run_msm gives the bases a window table
+
+
+def run_msm(curve, group: str, points, scalars, tables: bool | None = None):
     fn = backend.msm_g1 if group == "G1" else backend.msm_g2
-    return fn(curve, encode(curve, group, points), ints_to_limbs(scalars, curve.Fr.n8 // 4))
+    bases = encode(curve, group, points)
+    if WINDOW_TABLES if tables is None else tables:
+        bases = msm.TabledBases.of(bases, msm.window_table(curve, bases))
+    return fn(curve, bases, ints_to_limbs(scalars, curve.Fr.n8 // 4))
 
 
 GROUPS = [(c, g) for c in CURVES for g in ("G1", "G2")]
 GROUP_IDS = [f"{c.name}-{g}" for c, g in GROUPS]
 
 
-@pytest.fixture(params=["jacobian", "batch_affine"])
+@pytest.fixture(params=["jacobian", "batch_affine", "table"])
 def msm_path(request, monkeypatch):
-    """Both MSM plans on small inputs: with no "small" sizes they take the batched affine plan too."""
-    if request.param == "batch_affine":
+    """Every MSM plan on small inputs: with no "small" sizes they take the batched affine plan too, and with
+    window tables on their bases the table plan where it pays (``test_msm_table_plan``: wherever the general
+    scalars are not few)."""
+    if request.param != "jacobian":
         monkeypatch.setattr(msm, "SMALL_MSM_POINTS", 0)
         monkeypatch.setattr(msm, "BIT_MSM_POINTS", 0)
+    monkeypatch.setattr(sys.modules[__name__], "WINDOW_TABLES", request.param == "table")
     return request.param
 
 
@@ -273,9 +283,11 @@ def test_msm_5000_with_booleans_and_full_scalars(curve, group):
     n = 5000
     step = G.mul(G.generator, rng.randrange(1, r))
     points = chain(G, step, n)
-    for scalars in ([rng.randrange(2) for _ in range(n)], [rng.randrange(r) for _ in range(n)]):
+    mixed = [rng.choice([0, 1, r - 1, rng.randrange(r)]) for _ in range(n)]
+    for scalars in ([rng.randrange(2) for _ in range(n)], [rng.randrange(r) for _ in range(n)], mixed):
         expected = G.mul(step, sum((i + 1) * c for i, c in enumerate(scalars)) % r)
-        assert run_msm(curve, group, points, scalars) == expected
+        assert run_msm(curve, group, points, scalars, tables=False) == expected
+        assert run_msm(curve, group, points, scalars, tables=True) == expected
 
 
 @pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
@@ -314,6 +326,38 @@ def test_msm_window_plan():
     for c in (2, 3, 11, 16):
         w = msm._windows_needed(254, c)
         assert (1 << 254) - 1 + msm._digit_offset(c, w) < 1 << (w * c)
+
+
+def test_msm_table_plan():
+    """A table's c is larger than the plain plan's (one bucket fold for all windows), it covers any scalar below r,
+    and it is used for a key's general scalars but not for a few among many ±1 ones."""
+    for n in (300, 4096, 1 << 16):
+        c = msm.table_window_bits(n, 254)
+        assert c > msm.choose_window(n, 254)
+        assert msm._use_table(msm.WindowTable(c, msm._windows_needed(254, c), None), n, 254, msm.choose_window(n, 254), 2)
+    table = msm.WindowTable(12, msm._windows_needed(254, 12), None)
+    assert not msm._use_table(table, 20, 254, msm.choose_window(20, 254), 2)
+    narrow = msm.WindowTable(8, msm._windows_needed(254, 8), None)
+    assert msm._windows_needed(256, 8) > narrow.n_windows
+    assert not msm._use_table(narrow, 4096, 256, msm.choose_window(4096, 256), 2)  # wider than any scalar below r
+    assert msm.table_bytes(BN254, "g1", 4096) == (msm._windows_needed(254, msm.table_window_bits(4096, 254)) - 1) * 4096 * 64
+    assert msm.table_bytes(BN254, "g2", 4096) == 2 * msm.table_bytes(BN254, "g1", 4096)
+
+
+def test_window_table_rows_and_views():
+    """Row (w − 1)·n + i is 2^(wc)·Pᵢ (infinity stays all-zero); a slice of tabled bases has no table; a table
+    that does not fit its bases is refused."""
+    curve, G = BN254, BN254.G1
+    points = [G.generator, None, G.mul(G.generator, 7)]
+    bases = encode(curve, "G1", points)
+    table = msm.window_table(curve, bases, c=5)
+    rows = table.rows.view(np.uint32).reshape(-1, 2, curve.Fq.n8 // 4)
+    for w in range(1, table.n_windows):
+        assert np.array_equal(rows[(w - 1) * 3 : w * 3], encode(curve, "G1", [None if P is None else G.mul(P, 1 << (5 * w)) for P in points]))
+    tabled = msm.TabledBases.of(bases, table)
+    assert tabled.window_table is table and tabled[1:].window_table is None
+    with pytest.raises(msm.MsmInputError, match="does not fit"):
+        backend.msm_g1(curve, msm.TabledBases.of(bases[1:], table), np.zeros((2, 8), np.uint32))
 
 
 def test_msm_rejects_bad_input():

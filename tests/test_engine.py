@@ -30,7 +30,7 @@ from cuzk.prover.sizing import CALIBRATION_HEADROOM, host_working_set
 from cuzk.formats.json_io import write_vkey
 from cuzk.formats.wtns import read_wtns, write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
-from cuzk.keys.host import KeyTier, footprint, load_peak
+from cuzk.keys.host import KeyTier, footprint, load_peak, msm_table_bytes
 from cuzk.memory.process import PeakProbe
 from cuzk.memory.budget import MemoryBudget
 from cuzk.prover.groth16 import ProvingError
@@ -118,7 +118,8 @@ def make_engine(tmp_path, circuits):
     made: list[Engine] = []
 
     def make(*, budget: int = 1 << 30, keys=("small",), data_dir=None, start=True, **overrides) -> Engine:
-        cfg = dict(backend="cpu", key_idle_evict_s=0, reconcile=False)
+        # No MSM window tables unless a test asks: budgets here are computed from the keys' plain footprints.
+        cfg = dict(backend="cpu", cpu_msm_tables=False, key_idle_evict_s=0, reconcile=False)
         cfg.update(overrides)
         engine = Engine(EngineConfig(data_dir=data_dir or tmp_path / "data", **cfg), budget=MemoryBudget(budget))
         made.append(engine)
@@ -170,6 +171,28 @@ def test_corpus_circuit_through_the_engine(make_engine, tmp_path):
     assert record.public_signals == load_json(d / "public.json")
     proof, public = write_result(record, tmp_path)
     assert snarkjs_verify(d / "verification_key.json", public, proof)
+
+
+@pytest.mark.parametrize("name", ["large", "bls", "poseidon_chain_16"])
+def test_proofs_with_msm_window_tables_verify_with_snarkjs(make_engine, circuits, tmp_path, name):
+    """cpu_msm_tables = true: the key's hot copy holds its MSMs' window tables (counted in its footprint), and the
+    proofs made with them verify (the project's circuits, and a corpus one where ../shared is present)."""
+    if name in circuits:
+        c, vkey = circuits[name], tmp_path / "vkey.json"
+        zkey, witness = c.zkey, c.witness
+        write_vkey(vkey, vkey_from_zkey(read_zkey(zkey)))
+    else:
+        d = corpus_dir(name)
+        zkey, witness, vkey = d / "circuit.zkey", (d / "witness.wtns").read_bytes(), d / "verification_key.json"
+    engine = make_engine(keys=(), cpu_msm_tables=True)
+    engine.register_key(name, zkey)
+    records = [engine.await_result(engine.submit(name, witness), timeout=SLOW) for _ in range(2)]
+    key = next(k for k in engine.status()["keys"] if k["name"] == name)
+    assert key["msm_table_bytes"] == msm_table_bytes(read_zkey_header(zkey)) > 0 and key["loads"] == 1
+    assert key["reserved_bytes"] == footprint(read_zkey_header(zkey), KeyTier.HOT, msm_tables=True)
+    for i, record in enumerate(records):
+        assert record.state is JobState.DONE, record.error
+        assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path, str(i))))
 
 
 def test_request_id_is_idempotent(make_engine, circuits):
@@ -701,6 +724,10 @@ def test_engine_config_from_the_daemon_table(tmp_path):
         EngineConfig.from_mapping(tmp_path, {"nonsense": 1})
     with pytest.raises(ValueError, match="synth_workers"):
         EngineConfig(data_dir=tmp_path, synth_workers=0)
+    assert EngineConfig.from_mapping(tmp_path, {"cpu_msm_tables": False}).cpu_msm_tables is False
+    for bad in ("yes", 1, None):
+        with pytest.raises(ValueError, match="cpu_msm_tables"):
+            EngineConfig(data_dir=tmp_path, cpu_msm_tables=bad)
 
 
 def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, tmp_path):

@@ -36,7 +36,8 @@ def make_engine(tmp_path, circuits):
     made: list[Engine] = []
 
     def make(budget: int, *, start: bool = True, **overrides) -> Engine:
-        cfg = dict(backend="cpu", reconcile=False, measure_peaks=False, key_idle_evict_s=LONG_IDLE_S)
+        # No MSM window tables unless a test asks: budgets here are computed from the keys' plain footprints.
+        cfg = dict(backend="cpu", cpu_msm_tables=False, reconcile=False, measure_peaks=False, key_idle_evict_s=LONG_IDLE_S)
         cfg.update(overrides)
         engine = Engine(EngineConfig(data_dir=tmp_path / f"data{len(made)}", **cfg), budget=MemoryBudget(budget))
         made.append(engine)

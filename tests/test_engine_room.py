@@ -28,7 +28,8 @@ def engine_with(tmp_path, small):
     made: list[Engine] = []
 
     def make(budget: int) -> Engine:
-        engine = Engine(EngineConfig(data_dir=tmp_path / f"data{len(made)}", backend="cpu", reconcile=False),
+        # No MSM window tables: the budgets here are computed from the key's plain footprint.
+        engine = Engine(EngineConfig(data_dir=tmp_path / f"data{len(made)}", backend="cpu", cpu_msm_tables=False, reconcile=False),
                         budget=MemoryBudget(budget))
         made.append(engine)
         engine.register_key("small", small[0])

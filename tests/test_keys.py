@@ -11,11 +11,15 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS_CIRCUITS, corpus_dir
+from cuzk.backends.cpu import CpuBackend
+from cuzk.backends.cpu.msm import TabledBases
 from cuzk.backends.cpu.synth import row_order_bytes
+from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.curves import BLS12_381, BN254
 from cuzk.formats.errors import FormatError
+from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import coeff_dtype, read_zkey, write_zkey
-from cuzk.keys.host import read_chunk_bytes
+from cuzk.keys.host import MSM_BASES, msm_table_bytes, read_chunk_bytes
 from cuzk.keys.stream import ring_bytes
 from cuzk.keys.manager import (
     KeyInUseError,
@@ -27,7 +31,11 @@ from cuzk.keys.manager import (
     footprint,
     load_peak,
 )
+from cuzk.keys.manager import MSM_TABLE_AUTO_MAX_POINTS, MSM_TABLE_BUDGET_SHARE
 from cuzk.memory.budget import BudgetExceededError, MemoryBudget
+from cuzk.prover.groth16 import prove
+from cuzk.prover.setup import setup
+from cuzk.prover.verify import prepare_zkey, verify
 
 ARRAYS = ("ic", "coeffs", "a", "b1", "b2", "c", "h")
 
@@ -337,3 +345,70 @@ def test_corpus_keys_load_hot_identically(name):
     with km.acquire(name) as lease:
         assert_same_key(lease.zkey, path)
     assert km.budget.snapshot()["peak_reserved_bytes"] == load_peak(header, KeyTier.HOT, 256 << 10)
+
+
+# MSM window tables (the CPU backend's hot keys) -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def proving_keys(tmp_path_factory):
+    """Real keys (setup of the project's synthetic circuits) with their witnesses, on both curves."""
+    out = {}
+    for curve in (BN254, BLS12_381):
+        d = tmp_path_factory.mktemp(curve.name)
+        r1cs, wtns = write_synthetic(d, synthesize(curve, 300, n_public=2, seed=5))
+        setup(r1cs, d / "circuit.zkey")
+        out[curve.name] = (d / "circuit.zkey", wtns)
+    return out
+
+
+def table_nbytes(zkey) -> int:
+    return sum(getattr(zkey, name).window_table.rows.nbytes for name in MSM_BASES)
+
+
+@pytest.mark.parametrize("curve", [BN254, BLS12_381], ids=lambda c: c.name)
+def test_msm_tables_are_built_at_load_counted_exactly_and_prove_correctly(proving_keys, curve):
+    zkey_path, wtns = proving_keys[curve.name]
+    km = KeyManager(MemoryBudget(1 << 30), chunk_bytes=1 << 20, idle_evict_s=0, msm_tables=True)
+    header = km.register("k", zkey_path)
+    with km.acquire("k") as lease:
+        zkey = lease.zkey
+        assert all(isinstance(getattr(zkey, name), TabledBases) for name in MSM_BASES)
+        assert_same_key(zkey, zkey_path)  # the bases themselves are untouched
+        assert table_nbytes(zkey) == msm_table_bytes(header) > 0
+        snap = km.budget.snapshot()
+        assert snap["by_category"]["key"]["bytes"] == footprint(header, KeyTier.HOT, msm_tables=True)
+        assert footprint(header, KeyTier.HOT, msm_tables=True) == footprint(header, KeyTier.HOT) + msm_table_bytes(header)
+        assert snap["peak_reserved_bytes"] == load_peak(header, KeyTier.HOT, 1 << 20, msm_tables=True)
+        assert km.footprint("k") == footprint(header, KeyTier.HOT, msm_tables=True)
+        status = km.status()[0]
+        assert status["msm_table_bytes"] == msm_table_bytes(header) and status["hot_bytes"] == km.footprint("k")
+        witness = read_wtns(wtns)
+        proof = prove(CpuBackend(), zkey, witness)
+        assert verify(prepare_zkey(zkey, single_proof=True), proof.public_signals, proof)
+        del zkey
+    km.close()
+    assert km.budget.reserved_bytes == 0
+
+
+def test_msm_tables_policy(proving_keys):
+    """"auto" builds tables only where they take at most MSM_TABLE_BUDGET_SHARE of the budget and the MSMs are at most
+    MSM_TABLE_AUTO_MAX_POINTS points; a warm key has none."""
+    zkey_path, _ = proving_keys[BN254.name]
+    header = KeyManager(MemoryBudget(0)).register("k", zkey_path)
+    need = msm_table_bytes(header)
+    least = round(need / MSM_TABLE_BUDGET_SHARE)  # the smallest budget "auto" builds them in
+    for policy, total, tabled in (("auto", least, True), ("auto", least - 1, False), (True, 1, True), (False, 1 << 40, False)):
+        km = KeyManager(MemoryBudget(total), idle_evict_s=0, msm_tables=policy)
+        km.register("k", zkey_path)
+        assert km.footprint("k") == footprint(header, KeyTier.HOT, msm_tables=tabled), (policy, total)
+    big = make_zkey(zkey_path.parent / "big.zkey", n_vars=MSM_TABLE_AUTO_MAX_POINTS + 1, domain_size=64)
+    auto = KeyManager(MemoryBudget(1 << 40), msm_tables="auto")
+    header = auto.register("big", big)  # MSMs beyond the size where tables pay
+    assert auto.footprint("big") == footprint(header, KeyTier.HOT)
+    km = KeyManager(MemoryBudget(1 << 30), idle_evict_s=0, msm_tables=True, default_tier=KeyTier.WARM)
+    km.register("k", zkey_path)
+    with km.acquire("k") as lease:
+        assert not isinstance(lease.zkey.a, TabledBases)
+    with pytest.raises(ValueError, match="msm_tables"):
+        KeyManager(MemoryBudget(1), msm_tables="yes")

@@ -156,7 +156,8 @@ class Admission:
         path = proving_path(on_device=self.on_device, device_synthesis=device_synthesis, device_vectors=device_vectors)
         return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
                                 device_vectors=device_vectors, r1cs_path=self._r1cs_paths.get(circuit),
-                                measured_bytes=self._peaks.get((circuit, path)))
+                                measured_bytes=self._peaks.get((circuit, path)),
+                                msm_tables=self.keys.holds_msm_tables(circuit))
 
     def record_peak(self, circuit: str, nbytes: int, path: str | None = None) -> int:
         """Remember a measured working-set peak for ``circuit`` on proving ``path`` (default: the path its jobs take

@@ -152,7 +152,8 @@ class Engine(TrackedJobs):
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
                                    default_tier=KeyTier(config.key_tier), key_home=config.key_home,
                                    allocator=None if self.backends and on_device else PageAlignedAllocator(),
-                                   provers_hold_keys=config.device_processes)
+                                   provers_hold_keys=config.device_processes,
+                                   msm_tables=config.cpu_msm_tables if not on_device and self.backends else False)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
@@ -360,7 +361,9 @@ class Engine(TrackedJobs):
         from .warmup import warm_up
 
         curves = {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"}
-        return self._procs.warm_up(curves) if self._procs is not None else warm_up(self.backends, curves)
+        if self._procs is not None:
+            return self._procs.warm_up(curves)
+        return warm_up(self.backends, curves, msm_tables=self.keys.msm_tables is not False)
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""

@@ -26,12 +26,14 @@ log = logging.getLogger("cuzk.engine")
 WARMUP_CONSTRAINTS = 2 * BIT_MSM_POINTS
 
 
-def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
-    """Prove and verify the warm-up circuit on each curve with one backend of each kind; the seconds it took."""
+def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = False) -> float:
+    """Prove and verify the warm-up circuit on each curve with one backend of each kind; the seconds it took.
+    ``msm_tables``: the CPU backend also builds the key's MSM window tables and proves over them (their kernels)."""
     from ..circuits.synthetic import synthesize, write_synthetic
     from ..curves import curve_by_name
     from ..formats.wtns import read_wtns
     from ..formats.zkey import read_zkey
+    from ..keys.host import with_msm_tables
     from ..prover.groth16 import prove
     from ..prover.setup import setup
     from ..prover.verify import prepare_zkey, verify
@@ -46,12 +48,15 @@ def warm_up(backends: Iterable, curve_names: Iterable[str]) -> float:
             setup(r1cs, zkey_path, backend="cpu")
             zkey, witness = read_zkey(zkey_path), read_wtns(wtns)
             pvk = prepare_zkey(zkey)
-            for backend in kinds.values():
+            runs = [(backend, zkey) for backend in kinds.values()]
+            if msm_tables and "cpu" in kinds:
+                runs.append((kinds["cpu"], with_msm_tables(zkey)))
+            for backend, key in runs:
                 # On a device: a lane of its own, as each proving worker has, so jobs already running are undisturbed.
                 lane = backend.new_lane() if is_device_backend(backend) else None
                 try:
                     with lane or contextlib.nullcontext():
-                        proof = prove(backend, zkey, witness)
+                        proof = prove(backend, key, witness)
                 finally:
                     if lane is not None:
                         lane.close()

@@ -14,6 +14,13 @@ and the IC points the verifier needs (``device_home_footprint``: what homing it 
 homed, the key manager keeps its IC points in its reservation and its ring in the one
 reservation all device-homed keys' rings share).
 
+On the CPU backend a hot key may also hold window tables for its five MSMs' bases
+(``with_msm_tables``: 2^(wc)·Pᵢ for every window w, ``backends.cpu.msm.WindowTable``): built once
+after the load, counted in its footprint (``msm_table_bytes``), freed with the key. They cost
+about 20× the bases and save up to a third of a proof's MSM time (small keys: the tables stay
+near the cache), so the key manager builds them only where a policy allows
+(``KeyManager(msm_tables=...)``, the engine's ``cpu_msm_tables``).
+
 Footprints are computed from the header alone, so a job that could never fit is refused
 before anything loads.
 """
@@ -23,12 +30,13 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from enum import Enum
 from pathlib import Path
 
 import numpy as np
 
+from ..backends.cpu import msm as cpu_msm
 from ..backends.cpu.synth import row_order_bytes
 from ..formats import zkey as zkey_format
 from ..formats.binfile import BinFile
@@ -91,15 +99,38 @@ def read_chunk_bytes(header: ZKeyHeader, chunk_bytes: int) -> int:
     return min(chunk_bytes, max(ALIGN, -(-max(header.section_nbytes().values()) // ALIGN) * ALIGN))
 
 
+# The bases of a proof's MSMs (ZKey array → group), which a hot key on the CPU backend may give window tables.
+MSM_BASES = {"a": "g1", "b1": "g1", "b2": "g2", "c": "g1", "h": "g1"}
+
+
+def msm_table_bytes(header: ZKeyHeader) -> int:
+    """Bytes of the window tables ``with_msm_tables`` gives the key's MSM bases."""
+    shapes = array_shapes(header)
+    return sum(cpu_msm.table_bytes(header.curve, group, shapes[name][1][0]) for name, group in MSM_BASES.items())
+
+
+def msm_table_build_bytes(header: ZKeyHeader) -> int:
+    """Scratch ``with_msm_tables`` holds beside the tables while it builds them (one base array at a time)."""
+    shapes = array_shapes(header)
+    return max(cpu_msm.table_build_scratch_bytes(header.curve, group, shapes[name][1][0]) for name, group in MSM_BASES.items())
+
+
+def with_msm_tables(zkey: ZKey) -> ZKey:
+    """The key with each MSM's bases carrying their window table (``TabledBases``), which the CPU MSM uses."""
+    return replace(zkey, **{name: cpu_msm.TabledBases.of(getattr(zkey, name), cpu_msm.window_table(zkey.curve, getattr(zkey, name)))
+                            for name in MSM_BASES})
+
+
 def device_home_footprint(header: ZKeyHeader, chunk_bytes: int) -> int:
     """Host bytes of a key homed on the devices: the staging ring its loads read through, and its IC points."""
     return ring_bytes(read_chunk_bytes(header, chunk_bytes)) + page_round(header.section_nbytes()["ic"])
 
 
-def footprint(header: ZKeyHeader, tier: KeyTier, *, chunk_bytes: int | None = None) -> int:
+def footprint(header: ZKeyHeader, tier: KeyTier, *, chunk_bytes: int | None = None, msm_tables: bool = False) -> int:
     """Bytes a key holds in the budget at ``tier`` (the steady state, a hot key without its load's ring): its
-    sections (mapped or resident) and the (matrix, row) order synthesis derives once per loaded key; for a key homed
-    on the devices, its ring (of ``chunk_bytes`` chunks) and IC points."""
+    sections (mapped or resident), the (matrix, row) order synthesis derives once per loaded key, and for a hot key
+    with ``msm_tables`` their window tables; for a key homed on the devices, its ring (of ``chunk_bytes`` chunks)
+    and IC points."""
     if tier is KeyTier.COLD:
         return 0
     if tier is KeyTier.DEVICE:
@@ -109,13 +140,15 @@ def footprint(header: ZKeyHeader, tier: KeyTier, *, chunk_bytes: int | None = No
     order = page_round(row_order_bytes(header.n_coeffs))
     if tier is KeyTier.WARM:
         return sum(header.section_nbytes().values()) + order
-    return hot_layout(header)[1] + order
+    return hot_layout(header)[1] + order + (msm_table_bytes(header) if msm_tables else 0)
 
 
-def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int) -> int:
-    """Bytes reserved while loading to ``tier``: the footprint, plus the staging ring a hot load reads through."""
+def load_peak(header: ZKeyHeader, tier: KeyTier, chunk_bytes: int, msm_tables: bool = False) -> int:
+    """Bytes reserved while loading to ``tier``: the footprint, plus the staging ring a hot load reads through (or,
+    when larger, the scratch of building its MSM tables after the read)."""
     if tier is KeyTier.HOT:
-        return footprint(header, tier) + ring_bytes(read_chunk_bytes(header, chunk_bytes))
+        transient = ring_bytes(read_chunk_bytes(header, chunk_bytes))
+        return footprint(header, tier, msm_tables=msm_tables) + max(transient, msm_table_build_bytes(header) if msm_tables else 0)
     return footprint(header, tier, chunk_bytes=chunk_bytes)
 
 

@@ -73,7 +73,7 @@ from ..prover.sizing import holds_device_vectors
 from .device import DeviceKeyLease, DeviceKeys, DeviceKeyTooLarge, KeyFile
 from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
 from .host import (PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_device_home, load_hot, load_peak,
-                   read_chunk_bytes)
+                   msm_table_bytes, read_chunk_bytes, with_msm_tables)
 from .stream import StagingRing
 
 KEY_HOMES = ("auto", "host", "device")
@@ -81,6 +81,13 @@ KEY_HOMES = ("auto", "host", "device")
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES = 64 * MiB
+# msm_tables = "auto": a key's MSM window tables may take at most this share of the budget's total (they cost ~20x its
+# bases: a 2^20 key's would take ~8 GB) and its MSMs at most this many points. A table MSM reads each base's table row
+# once where the plain one reads the bases once per window: fast while a table stays in the cache, memory-bound once
+# it does not. Measured (benchmarks/msm_tables.py, 2-core EPYC, 32 MiB L3): MSM phase x1.42 faster at 2^12 (tables
+# 32 MiB, built in 0.8 s), x1.17 at 2^14 (114 MiB, 2.4 s), x1.01 at 2^16 (456 MiB, 9.6 s: not worth its memory).
+MSM_TABLE_BUDGET_SHARE = 1 / 8
+MSM_TABLE_AUTO_MAX_POINTS = 1 << 14
 
 @dataclass
 class _Entry:
@@ -99,6 +106,8 @@ class _Entry:
     evictions: int = 0
     load_seconds: float = 0.0
     extras: dict | None = None  # per-key data derived by users (e.g. the prepared verification key); survives eviction
+    msm_tables: bool = False  # a hot copy holds window tables for its MSMs (decided at registration: ``msm_tables``)
+    table_seconds: float = 0.0  # the last load's table build
 
 
 class KeyLease:
@@ -151,11 +160,15 @@ class KeyManager:
         allocator: HostAllocator | None = None,
         key_home: str = "auto",
         provers_hold_keys: bool = False,
+        msm_tables: bool | str = False,
     ):
         """``allocator`` makes the hot tier's buffers and the staging rings: default, page-locked where CUDA exists,
         else page-aligned mmap. ``key_home``: see the module docstring. ``provers_hold_keys``: the device worker
         processes load the proving copies themselves (``engine.procs``), so every key is leased here at the device
-        tier: its header and IC points, what the verifier needs."""
+        tier: its header and IC points, what the verifier needs. ``msm_tables`` (keys proved by the CPU backend
+        here): hot copies hold window tables for their MSMs — True, False, or "auto": for a key of at most
+        ``MSM_TABLE_AUTO_MAX_POINTS`` points an MSM whose tables take at most ``MSM_TABLE_BUDGET_SHARE`` of the
+        budget's total."""
         if chunk_bytes < PAGE:
             raise ValueError(f"chunk_bytes must be at least one page ({PAGE} bytes), got {chunk_bytes}")
         if idle_evict_s < 0:
@@ -164,6 +177,9 @@ class KeyManager:
             raise ValueError("the default tier for proving must be warm or hot")
         if key_home not in KEY_HOMES:
             raise ValueError(f"key_home must be one of {', '.join(KEY_HOMES)}, got {key_home!r}")
+        if not (isinstance(msm_tables, bool) or msm_tables == "auto"):
+            raise ValueError(f"msm_tables must be true, false or \"auto\", got {msm_tables!r}")
+        self.msm_tables = msm_tables
         self.key_home = key_home
         self.provers_hold_keys = provers_hold_keys
         self.budget = budget
@@ -215,11 +231,19 @@ class KeyManager:
                     return old.header
                 if old.refcount or old.loading is not None:
                     raise KeyInUseError(f"key {name!r} is in use; cannot re-register it to {path}")
-            self._entries[name] = _Entry(name, path.resolve(), header, extras={})
+            self._entries[name] = _Entry(name, path.resolve(), header, extras={}, msm_tables=self._wants_tables(header))
         if old is not None:
             self._unload(old)
             self._drop_device_copies(name)
         return header
+
+    def _wants_tables(self, header: ZKeyHeader) -> bool:
+        """Whether hot copies of this key hold MSM window tables (``msm_tables``): "auto" bounds them to a share of
+        the budget, so a large key on a small box never gets them, and to keys whose MSMs they speed up."""
+        if self.msm_tables == "auto":
+            return (max(header.n_vars, header.domain_size) <= MSM_TABLE_AUTO_MAX_POINTS
+                    and msm_table_bytes(header) <= self.budget.total_bytes * MSM_TABLE_BUDGET_SHARE)
+        return bool(self.msm_tables)
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -248,7 +272,13 @@ class KeyManager:
         tier = tier or self.home(name)
         with self._lock:
             entry = self._get(name)
-        return footprint(entry.header, tier, chunk_bytes=self.chunk_bytes) + self._prover_bytes(entry, tier)
+        return (footprint(entry.header, tier, chunk_bytes=self.chunk_bytes, msm_tables=entry.msm_tables)
+                + self._prover_bytes(entry, tier))
+
+    def holds_msm_tables(self, name: str) -> bool:
+        """Whether ``name``'s hot copy holds MSM window tables (its proofs' MSM scratch grows with them: sizing)."""
+        with self._lock:
+            return self._get(name).msm_tables
 
     def home(self, name: str) -> KeyTier:
         """The tier ``name`` is proved from: DEVICE when ``key_home`` allows and every device holds the key, its bases
@@ -401,13 +431,26 @@ class KeyManager:
     def _load(self, entry: _Entry, tier: KeyTier, cancelled: Callable[[], bool] | None) -> None:
         header = entry.header
         label = f"key {entry.name} ({tier.value})"
-        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes) + self._prover_bytes(entry, tier), label,
-                                    cancelled)
+        tables = entry.msm_tables and tier is KeyTier.HOT
+        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes, tables) + self._prover_bytes(entry, tier),
+                                    label, cancelled)
         t0 = time.perf_counter()
+        table_seconds = 0.0
         try:
             if tier is KeyTier.HOT:
                 zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
-                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT))  # the ring is freed
+                if tables:  # built inside the load's reservation, its transient part (the ring's) covering the scratch
+                    t = time.perf_counter()
+                    try:
+                        zkey = with_msm_tables(zkey)
+                    except BaseException:
+                        zkey = None
+                        buffer.close()
+                        raise
+                    table_seconds = time.perf_counter() - t
+                    log.info("key %s: MSM window tables (%s) built in %.2f s", entry.name,
+                             format_size(msm_table_bytes(header)), table_seconds)
+                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT, msm_tables=tables))  # transient
             elif tier is KeyTier.DEVICE:
                 entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes), turns=self._ring_turns)
                 zkey, buffer = load_device_home(entry.path, header, entry.ring), None
@@ -421,6 +464,7 @@ class KeyManager:
             entry.zkey, entry.buffer, entry.reservation, entry.tier = zkey, buffer, reservation, tier
             entry.loads += 1
             entry.load_seconds = time.perf_counter() - t0
+            entry.table_seconds = table_seconds
 
     def _share_ring(self, reservation: Reservation, ring: int) -> None:
         """Move a device-homed key's ring out of its load ``reservation`` (which keeps the IC points) into the one
@@ -596,13 +640,15 @@ class KeyManager:
                     "loading": e.loading is not None,
                     "in_use": e.refcount,
                     "reserved_bytes": e.reservation.nbytes if e.reservation else 0,
-                    "hot_bytes": footprint(e.header, KeyTier.HOT),
+                    "hot_bytes": footprint(e.header, KeyTier.HOT, msm_tables=e.msm_tables),
+                    "msm_table_bytes": msm_table_bytes(e.header) if e.msm_tables else 0,
                     "warm_bytes": footprint(e.header, KeyTier.WARM),
                     "device_home_bytes": footprint(e.header, KeyTier.DEVICE, chunk_bytes=self.chunk_bytes),
                     "idle_s": None if e.tier is KeyTier.COLD or e.refcount else round(now - e.last_used, 3),
                     "loads": e.loads,
                     "evictions": e.evictions,
-                    "last_load_s": round(e.load_seconds, 4),
+                    "last_load_s": round(e.load_seconds, 4),  # the MSM tables' build included
+                    "last_table_build_s": round(e.table_seconds, 4),
                     "resident_devices": sorted(d for d, names in resident.items() if e.name in names),
                 }
                 for e in sorted(self._entries.values(), key=lambda e: e.name)

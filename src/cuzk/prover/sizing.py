@@ -21,7 +21,7 @@ follows what ``prover.groth16`` allocates:
   N·E + 8·N; a device keeps its tables in VRAM, counted in ``proof_vram_bytes``;
 - MSM phase: the H scalars (N·E) and, on the CPU backend only, the Pippenger's scratch for its
   largest MSM (recoded scalar copy and indices per point, plus bounded per-task bucket
-  sorting space); a device's MSM scratch is in VRAM and its staging buffers come from the
+  sorting space: over a key's window tables a task sorts every window of its points); a device's MSM scratch is in VRAM and its staging buffers come from the
   pinned pool, which holds its own reservation;
 - on a device, *with device vectors* (``device_vectors``: every device's whole VRAM budget holds
   the key's resident bases, its coefficients where they are resident, and one proof's vectors
@@ -60,6 +60,7 @@ from dataclasses import dataclass
 import numba
 
 from ..backends.base import DeviceBackend
+from ..backends.cpu.msm import MAX_TABLE_WINDOW, table_task_entries
 from ..formats.zkey import KEY_BASES, ZKeyHeader
 
 ABC_VECTORS = 7  # see the module docstring: the worst moment of the a/b/c phase
@@ -108,8 +109,9 @@ class WorkingSet:
                 "device_vectors": self.device_vectors, "path": self.path}
 
 
-def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
-    """Upper bound of the CPU Pippenger's scratch for ``n`` points of G1 (group=1) or G2 (group=2)."""
+def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int, msm_tables: bool = False) -> int:
+    """Upper bound of the CPU Pippenger's scratch for ``n`` points of G1 (group=1) or G2 (group=2), over the key's
+    window tables where it has them (``msm_tables``)."""
     coord = header.n8q * group  # one coordinate of G1 is an Fq, of G2 an Fq2
     per_point = header.n8r + 24  # offset scalar (n8r + 8), index (8), kind and ±1 digit (5), rounded up
     # One task per thread at a time: its points sorted by bucket (x, y), the pair arrays of the
@@ -117,6 +119,9 @@ def cpu_msm_scratch_bytes(header: ZKeyHeader, n: int, group: int) -> int:
     # two indices and a case byte) and digit/infinity bytes; plus start/length per bucket.
     m = min(n, MSM_TASK_POINTS)
     per_task = m * (3 * coord + 16) + min(n, MSM_MAX_BUCKETS) * 16
+    if msm_tables:  # a task sorts every window of its points: more entries, each with its row index and digit
+        m = max(m, table_task_entries(n, header.curve.r.bit_length()))
+        per_task = max(per_task, m * (3 * coord + 28) + (1 << (MAX_TABLE_WINDOW - 1)) * 16)
     return n * per_point + numba.config.NUMBA_NUM_THREADS * per_task
 
 
@@ -135,10 +140,11 @@ def slack_bytes() -> int:
 
 def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: bool = False,
                      device_vectors: bool = False, r1cs_path: str | os.PathLike | None = None,
-                     measured_bytes: int | None = None) -> WorkingSet:
+                     measured_bytes: int | None = None, msm_tables: bool = False) -> WorkingSet:
     """The host reservation of one proof with this key, proved on a device or on the CPU, its a/b made on the
     device (``device_synthesis``) or on the host, its vectors held in VRAM for the whole proof (``device_vectors``)
-    or copied through the host per operation (module docstring); both only ``on_device``."""
+    or copied through the host per operation (module docstring); both only ``on_device``. ``msm_tables``: the key's
+    hot copy holds MSM window tables (on the CPU)."""
     if (device_synthesis or device_vectors) and not on_device:
         raise ValueError("synthesis and the proof's vectors are on a device only for a proof on a device")
     E, N, V = header.n8r, header.domain_size, header.n_vars
@@ -151,7 +157,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
         rest += N * E  # the H scalars
     if not on_device:
         abc += N * E + 8 * N
-        rest += max(cpu_msm_scratch_bytes(header, V, 2), cpu_msm_scratch_bytes(header, N, 1))
+        rest += max(cpu_msm_scratch_bytes(header, V, 2, msm_tables), cpu_msm_scratch_bytes(header, N, 1, msm_tables))
     if r1cs_path is not None:
         rest += 2 * os.path.getsize(r1cs_path)
     estimated = abc + rest

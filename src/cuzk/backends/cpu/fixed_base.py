@@ -84,7 +84,7 @@ def _add_signed(P, Q, negate, neg, fc):
 
 
 @njit(cache=True)
-def _to_affine(jac, out, lo, hi, prefix, fc):
+def batch_to_affine(jac, out, lo, hi, prefix, fc):
     """out[lo:hi] = affine of jac[0:hi−lo] with one inversion; infinity (Z = 0) becomes all zero."""
     t = np.zeros((3,) + jac.shape[2:], dtype=np.uint64)
     acc = t[0]
@@ -135,7 +135,7 @@ def _build_window(base, table_window, fc):
     jac_from_affine(base, jac[0], fc)
     for d in range(1, half):
         jac_add_affine(jac[d - 1], base, jac[d], fc)
-    _to_affine(jac, table_window, 0, half, prefix, fc)
+    batch_to_affine(jac, table_window, 0, half, prefix, fc)
 
 
 # A parallel loop body cannot capture the nested tuple ``fc`` (see ff/field.py), so each
@@ -370,7 +370,7 @@ def _sparse_range(points, indptr, index, magnitude, negative, out, lo, hi, fc):
                     B = points[index[e]]
                     if not (fe_is_zero(B[0]) and fe_is_zero(B[1])):
                         _add_signed(P, B, negative[e], neg, fc)
-    _to_affine(jac, out, lo, hi, prefix, fc)
+    batch_to_affine(jac, out, lo, hi, prefix, fc)
 
 
 @parallel_kernel
