@@ -24,8 +24,9 @@ class EngineConfig:
     # Each proving device owned by a worker process of its own (engine/procs.py): its backend, keys and K lanes live
     # there, fed job ids and witness paths. For isolation (a crash kills one worker, which is restarted; a CUDA error
     # self-tests its device as in-process) and lanes beyond the intake's GIL (×1.49 at 2^16, ×1.15 at 2^20 through
-    # the daemon on one H200). Off by default until its CUDA-error and key_home paths have run on a GPU
-    # (ARCHITECTURE.md, "Device worker processes").
+    # the daemon on one H200). Off by default until the whole GPU test suite has run in this mode (its own GPU
+    # tests, the CUDA-error and key_home paths among them, passed in session 8; ARCHITECTURE.md, "Device worker
+    # processes").
     device_processes: bool = False
     # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than the
     # proofs all GPUs run at once, so every proving slot finds its next job ready; 1 on the CPU backend, whose

@@ -457,11 +457,16 @@ def _digit_offset(c: int, n_windows: int) -> int:
     return sum(1 << (w * c + c - 1) for w in range(n_windows))
 
 
+def _plain_cost(n_terms: int, max_bits: int, c: int) -> int:
+    """Field products of the plain plan with window c: W(c)·(n·affine-add + 2^(c−1)·bucket-fold)."""
+    return _windows_needed(max_bits, c) * (n_terms * AFFINE_ADD_COST + (1 << (c - 1)) * BUCKET_FOLD_COST)
+
+
 def choose_window(n_terms: int, max_bits: int) -> int:
-    """Window bits c minimising W(c)·(n·affine-add + 2^(c−1)·bucket-fold), in field products."""
+    """Window bits c minimising the plain plan's field products (``_plain_cost``)."""
     best_c, best_cost = 2, math.inf
     for c in range(2, 21):  # c = 1 would leave signed digits {−1, 0}: no positive scalar fits
-        cost = _windows_needed(max_bits, c) * (n_terms * AFFINE_ADD_COST + (1 << (c - 1)) * BUCKET_FOLD_COST)
+        cost = _plain_cost(n_terms, max_bits, c)
         if cost < best_cost:
             best_c, best_cost = c, cost
     return best_c
@@ -623,7 +628,7 @@ def _use_table(table: WindowTable | None, n_general: int, max_bits: int, c: int,
     n_windows = _windows_needed(max_bits, table.c)
     if n_windows > table.n_windows:  # scalars of more bits than any below r: not a key's
         return 0
-    plain = _windows_needed(max_bits, c) * (n_general * AFFINE_ADD_COST + (1 << (c - 1)) * BUCKET_FOLD_COST)
+    plain = _plain_cost(n_general, max_bits, c)
     tabled = _table_cost(n_general, n_windows, table.c, _table_pieces(n_general, n_windows, threads))
     return n_windows if tabled < plain else 0
 
