@@ -40,8 +40,8 @@ SCALAR_LIMBS = 8
 MIN_CHUNK_LEN = 8  # the fewest sorted entries one thread sums (each chunk leaves at most two partial sums)
 # From 2^20 entries a thread sums at least 32 sorted entries, and more where that keeps the chunks at most
 # 2^MAX_CHUNKS_LOG: each chunk's two partial sums are written, read back and added by the joins, while 2^20 threads
-# are still ~30 times what the device runs at once (at 2^24 points, 256 entries a thread: 117.0 -> 109.5 ms for
-# BLS12-381 G1; GPU_NOTES v9).
+# are still ~25 times what the device holds at once. BLS12-381 G1 at 2^24 points, 256 entries a thread instead of 32:
+# joins 9.0 -> 1.9 ms, accumulation 84.8 -> 88.7 ms (GPU_NOTES v9).
 MAX_CHUNKS_LOG = 20
 MIN_MSM_CHUNK = 1 << 12
 
@@ -93,7 +93,8 @@ GRAPH_MAX_POINTS = 1 << 18
 # tree (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24, 1.52 -> 1.41 ms at 2^16; GPU_NOTES v7).
 SEQ_JOIN_SPAN = 16
 # Blocks per multiprocessor of each msm_join_pieces launch (its threads stride over the chunks): one thread per chunk
-# scheduled ~25,000 blocks per step at 2^24 that, with dense scalars, all return at once (GPU_NOTES v9).
+# scheduled 24,576 blocks per step at 2^24 (32 entries a chunk) that, with dense scalars, all return at once: 23 such
+# steps took ~4.3 ms of BLS12-381 G1's joins, whose launch of 130 registers fits one block per SM (GPU_NOTES v9).
 JOIN_TREE_BLOCKS_PER_SM = 4
 
 
