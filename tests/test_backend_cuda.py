@@ -265,7 +265,8 @@ def test_msm_scan_in_tiles_and_scatter_in_stretches(backend, curve, monkeypatch)
 def test_msm_cut_buckets_joined_by_one_thread_or_the_tree(backend, curve, join_span, monkeypatch):
     """Cut buckets of at most ``join_span`` chunks summed by a thread each (msm_join_buckets, the rule from 2^22
     entries), wider ones by the pairwise tree, in one MSM: dense scalars, and 0/1/2 ones whose bucket of 1s spans
-    many chunks; resident (a graph over a window table) and from the host."""
+    many chunks; resident (a graph over a window table) and from the host. (In the host emulation, one
+    multiprocessor, the tree's threads stride over the dense MSMs' ~1,200 chunks.)"""
     monkeypatch.setattr(backend.msm, "join_span", join_span)
     G, n = curve.G1, 300
     points = multiples(G, G.generator, 1, n)

@@ -38,6 +38,11 @@ from .vram import DeviceBases, VramExhaustedError, VramReservation
 
 SCALAR_LIMBS = 8
 MIN_CHUNK_LEN = 8  # the fewest sorted entries one thread sums (each chunk leaves at most two partial sums)
+# From 2^20 entries a thread sums at least 32 sorted entries, and more where that keeps the chunks at most
+# 2^MAX_CHUNKS_LOG: each chunk's two partial sums are written, read back and added by the joins, while 2^20 threads
+# are still ~25 times what the device holds at once. BLS12-381 G1 at 2^24 points, 256 entries a thread instead of 32:
+# joins 9.0 -> 1.9 ms, accumulation 84.8 -> 88.7 ms (GPU_NOTES v9).
+MAX_CHUNKS_LOG = 20
 MIN_MSM_CHUNK = 1 << 12
 
 
@@ -87,6 +92,10 @@ GRAPH_MAX_POINTS = 1 << 18
 # Buckets cut into at most this many chunks are summed by one thread each (msm_join_buckets), wider ones by the pairwise
 # tree (the tree's steps leave most lanes idle: 14.0 -> 8.4 ms at 2^24, 1.52 -> 1.41 ms at 2^16; GPU_NOTES v7).
 SEQ_JOIN_SPAN = 16
+# Blocks per multiprocessor of each msm_join_pieces launch (its threads stride over the chunks): one thread per chunk
+# scheduled 24,576 blocks per step at 2^24 (32 entries a chunk) that, with dense scalars, all return at once: 23 such
+# steps took ~4.3 ms of BLS12-381 G1's joins, whose launch of 130 registers fits one block per SM (GPU_NOTES v9).
+JOIN_TREE_BLOCKS_PER_SM = 4
 
 
 @cache
@@ -180,13 +189,15 @@ class SortShape:
     @cache
     def of(cls, n: int, c: int, scalar_bits: int, sum_words: int, table: bool, chunk_len: int = 0, seq_span: int = 0) -> SortShape:
         """The shape for n points and window c; ``chunk_len`` (at least MIN_CHUNK_LEN) overrides the entries per
-        thread, which otherwise are 32 from 2^20 entries (the sweeps of GPU_NOTES v7), MIN_CHUNK_LEN below;
+        thread, which otherwise are MIN_CHUNK_LEN below 2^20 entries, from there 32 or more (``MAX_CHUNKS_LOG``);
         ``seq_span`` (at least 1: the tree joins every cut bucket) overrides the rule of ``SEQ_JOIN_SPAN``."""
         windows = -(-(scalar_bits + 1) // c)
         log_b = c - 1
         keys = (1 << log_b) * (1 if table else windows)
         entries = n * windows
-        chunk_len = max(MIN_CHUNK_LEN, chunk_len or (32 if entries >= 1 << 20 else MIN_CHUNK_LEN))
+        if not chunk_len:
+            chunk_len = max(32, 1 << max(0, (entries - 1).bit_length() - MAX_CHUNKS_LOG)) if entries >= 1 << 20 else MIN_CHUNK_LEN
+        chunk_len = max(MIN_CHUNK_LEN, chunk_len)
         chunks = -(-entries // chunk_len)
         span = (entries + 2 * chunk_len - 2) // chunk_len  # the most chunks one bucket can touch
         join_steps = max(1, (span - 1).bit_length())
@@ -711,10 +722,11 @@ class CudaMsm:
         if sh.seq_span > 1:
             rt.launch(mod, "msm_join_buckets", grid(keys), THREADS, (work.offsets, np.uint32(keys), np.uint32(sh.chunk_len), np.uint32(sh.seq_span),
                                                                     work.partial_sums, work.sums))
+        tree_blocks = min(grid(sh.chunks), JOIN_TREE_BLOCKS_PER_SM * rt.multiprocessors)
         for step in range(sh.join_steps):
-            rt.launch(mod, "msm_join_pieces", grid(sh.chunks), THREADS, (work.offsets, np.uint32(keys), work.largest, np.uint32(sh.chunk_len),
-                                                                          np.uint32(sh.seq_span), np.uint32(step), work.partial_keys,
-                                                                          work.partial_sums, work.sums))
+            rt.launch(mod, "msm_join_pieces", tree_blocks, THREADS, (work.offsets, np.uint32(keys), work.largest, np.uint32(sh.chunk_len),
+                                                                    np.uint32(sh.seq_span), np.uint32(step), work.partial_keys, work.partial_sums,
+                                                                    work.sums))
         self._phase("partials")
         if table_stride:
             self._reduce_buckets(mod, sh, work)

@@ -314,7 +314,9 @@ CUZK_KERNEL void msm_accumulate_bases(const u32* offsets, u32 keys_total, const 
 // chunk j). Steps half = 1, 2, 4, ... form a pairwise tree: piece i (i a multiple of 2·half)
 // takes in piece i + half, which no thread writes in this step; the last step (half at least
 // the longest span, read off the largest bucket on the device) writes piece 0, the bucket's sum, to
-// sums[k]. The host launches steps for a bound of that span; the steps past the last do nothing.
+// sums[k]. The host launches steps for a bound of that span; the steps past the last do nothing. Each
+// thread takes every (grid size)-th chunk: a grid that fills the device once, not one thread per chunk, because
+// with dense scalars every step returns at once and a launch's time is the blocks it schedules.
 // (A fan-in of 4 halves the steps but idles three lanes in four while the fourth adds three
 // times: at 2^24 it took 20.6 ms against this one's 13.3, GPU_NOTES v5.)
 // Buckets of at most `seq_span` chunks are msm_join_buckets' (the tree takes only wider ones, and none at all
@@ -329,21 +331,22 @@ CUZK_KERNEL void msm_join_pieces(const u32* offsets, u32 keys_total, const u32* 
     const u32 half = 1u << step;
     const bool last = step + 1 == steps;
     CUZK_THREADS(tid) {
-        const u64 j = CUZK_GLOBAL_INDEX(tid);
-        if (j * chunk_len >= offsets[keys_total]) continue;
-        for (u32 slot = 0; slot < 2; slot++) {
-            const u32 k = partial_keys[2 * j + slot];
-            if (k == NO_KEY) continue;
-            const u64 j0 = offsets[k] / chunk_len, j1 = (offsets[k + 1] - 1) / chunk_len;
-            if (j1 - j0 < seq_span) continue;
-            const u64 i = j - j0;
-            if (i % (2 * (u64)half) != 0) continue;
-            Sum acc = partial_sums[2 * j + slot];
-            if (j + half <= j1) {
-                acc = acc.add(partial_sums[2 * (j + half)]);
-                partial_sums[2 * j + slot] = acc;
+        const u64 count = offsets[keys_total], stride = (u64)gridDim.x * blockDim.x;
+        for (u64 j = CUZK_GLOBAL_INDEX(tid); j * chunk_len < count; j += stride) {
+            for (u32 slot = 0; slot < 2; slot++) {
+                const u32 k = partial_keys[2 * j + slot];
+                if (k == NO_KEY) continue;
+                const u64 j0 = offsets[k] / chunk_len, j1 = (offsets[k + 1] - 1) / chunk_len;
+                if (j1 - j0 < seq_span) continue;
+                const u64 i = j - j0;
+                if (i % (2 * (u64)half) != 0) continue;
+                Sum acc = partial_sums[2 * j + slot];
+                if (j + half <= j1) {
+                    acc = acc.add(partial_sums[2 * (j + half)]);
+                    partial_sums[2 * j + slot] = acc;
+                }
+                if (last && i == 0) sums[k] = acc;
             }
-            if (last && i == 0) sums[k] = acc;
         }
     }
 }
