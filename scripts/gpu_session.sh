@@ -38,6 +38,10 @@ for s in "$@"; do
     multi) step multi-${LOGN:-20} ${T_MULTIB:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-20} --proofs ${PROOFS:-32} --out /tmp/res/multi_gpu-${LOGN:-20}.json ;;
     hostprof) step hostprof-${LOGN:-16}${TAG} ${T_HOSTPROF:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-16} --proofs ${PROOFS:-200} --gpus 1 \
       --lanes ${LANES:-4} --synth-workers auto --verify --profile --skip-residency ${HOSTPROF_ARGS} --out /tmp/res/hostprof-${LOGN:-16}${TAG}.json ;;
+    timeline)  # devices only (bare lanes, no engine) on the ladder's rung (run 'ladder' first): each lane's waits for the device and GPU busy
+      mkdir -p /tmp/mg && ln -sfn /tmp/ladder/bn128/2^${LOGN:-20} /tmp/mg/synthetic_2^${LOGN:-20}
+      step timeline-${LOGN:-20}-${LANES:-4}${TAG} ${T_TIMELINE:-200} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-20} --proofs ${PROOFS:-160} --gpus 1 \
+        --lanes ${LANES:-4} --timeline --skip-residency --skip-engine --dir /tmp/mg --out /tmp/res/timeline-${LOGN:-20}-${LANES:-4}${TAG}.json ;;
     overlap) step overlap 200 python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1,msm_g2 --host-bases 8 --out /tmp/res/overlap.json ;;
     bench1|bench2)  # cuzk bench on multi_gpu.py's 2^20 circuit (run 'multi' first), 1 or 2 GPUs, self-verify on
       k=$([ $s = bench1 ] && echo "[0]" || echo "[0,1]"); c=/tmp/cuzk-multi-gpu/synthetic_2^${LOGN:-20}
