@@ -26,6 +26,7 @@ verifier. Prints a summary table at the end; --out writes the rows as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -44,6 +45,7 @@ from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import read_zkey
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
+from cuzk.memory.pinned import PinnedPool
 from cuzk.prover.groth16 import prove_synthesized, synthesize
 from cuzk.prover.verify import verify, vkey_from_zkey
 
@@ -91,17 +93,25 @@ def residency_gain(zkey_path: Path, wtns_path: Path) -> dict:
     return out
 
 
-def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes: int = 1, timeline: bool = False) -> dict:
+def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes: int = 1, timeline: bool = False,
+                 device_synthesis: bool = False) -> dict:
     """``lanes`` threads per device, each in a lane of its own (as the engine's K device workers), proving
     pre-synthesized jobs against resident bases: the devices' rate with no engine around them. ``timeline``: also
-    each lane's waits for the device and GPU 0's busy fraction (``LaneTimeline``)."""
+    each lane's waits for the device and GPU 0's busy fraction (``LaneTimeline``). ``device_synthesis``: fed as the
+    engine feeds them — the key's coefficients resident, A·w and B·w on the device, the witness's upload staged through
+    a pinned pool — instead of uploading CPU-synthesized A·w, B·w and w from pageable memory."""
     zkey = read_zkey(zkey_path)
     witness = read_wtns(wtns_path)
     backends = [CudaBackend(d) for d in range(gpus)]
     keys = [b.upload_key(zkey) for b in backends]
+    if device_synthesis:
+        staging = PinnedPool(MemoryBudget(8 << 30))
+        for i, b in enumerate(backends):
+            b.attach_staging(staging)
+            keys[i] = dataclasses.replace(keys[i], coeffs=b.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size))
     for b, k in zip(backends, keys):  # warm-up
-        prove_synthesized(b, k, synthesize(zkey, witness))
-    todo = [synthesize(zkey, witness) for _ in range(proofs)]
+        prove_synthesized(b, k, synthesize(zkey, witness, defer_ab=device_synthesis))
+    todo = [synthesize(zkey, witness, defer_ab=device_synthesis) for _ in range(proofs)]
     lock = threading.Lock()
     done = [0] * gpus
     recorder = LaneTimeline([b.runtime for b in backends]) if timeline else None
@@ -135,7 +145,7 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
     for b, k in zip(backends, keys):
         b.free_key(k)
     return {"gpus": gpus, "lanes": lanes, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds,
-            "per_device": done, **({"timeline": {**recorder.summary(t, stop), "gpu0_busy": busy.fraction()}} if timeline else {})}
+            "per_device": done, "device_synthesis": device_synthesis, **({"timeline": {**recorder.summary(t, stop), "gpu0_busy": busy.fraction()}} if timeline else {})}
 
 
 class LaneTimeline:
@@ -288,6 +298,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="engine run: report the host's CPU time by thread and function (yappi)")
     ap.add_argument("--timeline", action="store_true",
                     help="devices-only run: each lane's waits for the device, and GPU 0's busy fraction (NVML)")
+    ap.add_argument("--device-synthesis", action="store_true",
+                    help="devices-only run: A·w and B·w on the device from resident coefficients, uploads staged (as the engine)")
     ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the runs (seconds; Python's default 0.005)")
     ap.add_argument("--skip-residency", action="store_true", help="skip the residency measurement")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
@@ -316,7 +328,7 @@ def main(argv=None) -> int:
         print(json.dumps({"residency": out["residency"]}), flush=True)
     out["devices_only"] = []
     for g in counts:
-        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs, args.lanes, args.timeline))
+        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs, args.lanes, args.timeline, args.device_synthesis))
         print(json.dumps({"devices_only": out["devices_only"][-1]}), flush=True)
     out["engine"] = []
     if not args.skip_engine:

@@ -39,9 +39,11 @@ for s in "$@"; do
     hostprof) step hostprof-${LOGN:-16}${TAG} ${T_HOSTPROF:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-16} --proofs ${PROOFS:-200} --gpus 1 \
       --lanes ${LANES:-4} --synth-workers auto --verify --profile --skip-residency ${HOSTPROF_ARGS} --out /tmp/res/hostprof-${LOGN:-16}${TAG}.json ;;
     timeline*)  # timeline-<logn>-<lanes>[-<tag>]: bare lanes (no engine) on a ladder rung (run 'ladder' first), each lane's waits for the device, GPU busy
-      IFS=- read -r _ n lanes tag <<< "$s"; mkdir -p /tmp/mg && ln -sfn /tmp/ladder/bn128/2^$n /tmp/mg/synthetic_2^$n
+      # tags, joined by '+': dsyn feeds them as the engine does (multi_gpu.py --device-synthesis); any other only names the run
+      IFS=- read -r _ n lanes tag <<< "$s"; mkdir -p /tmp/mg && ln -sfn /tmp/ladder/bn128/2^$n /tmp/mg/synthetic_2^$n; extra=()
+      for part in ${tag//+/ }; do [ "$part" = dsyn ] && extra+=(--device-synthesis); done
       step $s ${T_TIMELINE:-200} python3 benchmarks/multi_gpu.py --log-n $n --proofs ${PROOFS:-160} --gpus 1 --lanes $lanes --timeline \
-        --skip-residency --skip-engine --dir /tmp/mg --out /tmp/res/$s.json ;;
+        --skip-residency --skip-engine --dir /tmp/mg "${extra[@]}" --out /tmp/res/$s.json ;;
     ab-*)  # an A/B inside one machine: the files under .gpurun/ab/<name>/ (paths as in the repo) copied over the tree; tag the next steps
       cp -r .gpurun/ab/${s#ab-}/. . && echo "== $s: $(cd .gpurun/ab/${s#ab-} && find . -type f | tr '\n' ' ')" ;;
     overlap) step overlap 200 python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1,msm_g2 --host-bases 8 --out /tmp/res/overlap.json ;;
