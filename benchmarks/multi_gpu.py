@@ -16,6 +16,9 @@ One synthetic BN254 circuit of 2^log_n - 8 constraints (made with ``circuits.syn
    With --device-processes, each count runs again with a worker process per GPU
    (``device_processes = true``) and its ratio to the in-process engine is printed.
 
+With --timeline the devices-only run also reports how often no lane waits for the device (all on the host)
+and the GPU's busy fraction (NVML), to tell a host that feeds the device too slowly from a device that is full.
+
 Every proof of the engine runs is counted only if DONE; one per run is checked with cuzk's
 verifier. Prints a summary table at the end; --out writes the rows as JSON.
 """
@@ -23,6 +26,7 @@ verifier. Prints a summary table at the end; --out writes the rows as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -41,6 +45,7 @@ from cuzk.formats.wtns import read_wtns
 from cuzk.formats.zkey import read_zkey
 from cuzk.keys.manager import KeyManager
 from cuzk.memory.budget import MemoryBudget
+from cuzk.memory.pinned import PinnedPool
 from cuzk.prover.groth16 import prove_synthesized, synthesize
 from cuzk.prover.verify import verify, vkey_from_zkey
 
@@ -88,18 +93,28 @@ def residency_gain(zkey_path: Path, wtns_path: Path) -> dict:
     return out
 
 
-def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes: int = 1) -> dict:
+def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes: int = 1, timeline: bool = False,
+                 device_synthesis: bool = False) -> dict:
     """``lanes`` threads per device, each in a lane of its own (as the engine's K device workers), proving
-    pre-synthesized jobs against resident bases: the devices' rate with no engine around them."""
+    pre-synthesized jobs against resident bases: the devices' rate with no engine around them. ``timeline``: also
+    each lane's waits for the device and GPU 0's busy fraction (``LaneTimeline``). ``device_synthesis``: fed as the
+    engine feeds them — the key's coefficients resident, A·w and B·w on the device, the witness's upload staged through
+    a pinned pool — instead of uploading CPU-synthesized A·w, B·w and w from pageable memory."""
     zkey = read_zkey(zkey_path)
     witness = read_wtns(wtns_path)
     backends = [CudaBackend(d) for d in range(gpus)]
     keys = [b.upload_key(zkey) for b in backends]
+    if device_synthesis:
+        staging = PinnedPool(MemoryBudget(8 << 30))
+        for i, b in enumerate(backends):
+            b.attach_staging(staging)
+            keys[i] = dataclasses.replace(keys[i], coeffs=b.upload_coefficients(zkey.curve, zkey.coeffs, zkey.n_vars, zkey.domain_size))
     for b, k in zip(backends, keys):  # warm-up
-        prove_synthesized(b, k, synthesize(zkey, witness))
-    todo = [synthesize(zkey, witness) for _ in range(proofs)]
+        prove_synthesized(b, k, synthesize(zkey, witness, defer_ab=device_synthesis))
+    todo = [synthesize(zkey, witness, defer_ab=device_synthesis) for _ in range(proofs)]
     lock = threading.Lock()
     done = [0] * gpus
+    recorder = LaneTimeline([b.runtime for b in backends]) if timeline else None
 
     def worker(i: int) -> None:
         lane = backends[i].new_lane()
@@ -109,23 +124,96 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
                     if not todo:
                         return
                     synthesis = todo.pop()
+                t0 = time.perf_counter()
                 with lane:
                     prove_synthesized(backends[i], keys[i], synthesis)
+                if recorder is not None:
+                    recorder.proof(t0, time.perf_counter())
                 done[i] += 1
         finally:
             lane.close()
 
+    busy = GpuBusy(0) if timeline else None
     t = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus) for _ in range(lanes)]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
-    seconds = time.perf_counter() - t
+    stop = time.perf_counter()
+    seconds = stop - t
     for b, k in zip(backends, keys):
         b.free_key(k)
     return {"gpus": gpus, "lanes": lanes, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds,
-            "per_device": done}
+            "per_device": done, "device_synthesis": device_synthesis, **({"timeline": {**recorder.summary(t, stop), "gpu0_busy": busy.fraction()}} if timeline else {})}
+
+
+class LaneTimeline:
+    """When each proving thread waited for its device (a read-back, ``to_host``, or a stream sync, as a lane's end
+    waits for its proof's work) and when each of its proofs ran. A lane's stream holds queued work at least while its
+    thread waits; while no thread waits, every lane is on the host (launching, reading back, blinding) and the
+    device runs only what they queued before: if the device is idle about that often, the host feeds it too slowly."""
+
+    def __init__(self, runtimes):
+        self.waits: dict[int, list[tuple[float, float]]] = {}
+        self.proofs: dict[int, list[tuple[float, float]]] = {}
+        for rt in runtimes:  # the instances' own methods: the backend's parts share its runtime object
+            for name in ("to_host", "synchronize_stream"):
+                setattr(rt, name, self._timed(getattr(rt, name)))
+
+    def _timed(self, wait):
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return wait(*args, **kwargs)
+            finally:
+                self.waits.setdefault(threading.get_ident(), []).append((t, time.perf_counter()))
+        return timed
+
+    def proof(self, start: float, stop: float) -> None:
+        self.proofs.setdefault(threading.get_ident(), []).append((start, stop))
+
+    def summary(self, start: float, stop: float) -> dict:
+        wall = stop - start
+        edges = sorted([(a, 1) for lane in self.waits.values() for a, _ in lane] + [(b, -1) for lane in self.waits.values() for _, b in lane])
+        waiting, since, none_waiting = 0, start, 0.0
+        for at, step in edges:
+            at = min(max(at, start), stop)
+            if waiting == 0:
+                none_waiting += at - since
+            waiting += step
+            since = at
+        none_waiting += (stop - since) if waiting == 0 else 0.0
+        proofs = [p for lane in self.proofs.values() for p in lane]
+        waits = [w for lane in self.waits.values() for w in lane if w[0] >= start]
+        proof_s = sum(b - a for a, b in proofs)
+        wait_s = sum(b - a for a, b in waits)
+        return {"no_lane_waiting": round(none_waiting / wall, 3), "proofs": len(proofs),
+                "proof_ms": round(1e3 * proof_s / max(1, len(proofs)), 2),
+                "waits_per_proof": round(len(waits) / max(1, len(proofs)), 2),
+                "wait_ms_per_proof": round(1e3 * wait_s / max(1, len(proofs)), 2),
+                "host_ms_per_proof": round(1e3 * (proof_s - wait_s) / max(1, len(proofs)), 2)}
+
+
+class GpuBusy:
+    """The fraction of the time since it was made in which a kernel ran on GPU ``index`` (NVML's utilization
+    samples, as ``cuzk bench`` reads them)."""
+
+    def __init__(self, index: int):
+        import pynvml
+
+        pynvml.nvmlInit()
+        self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+        self._since = time.time_ns() // 1000
+
+    def fraction(self) -> float | None:
+        nvml = self._nvml
+        try:
+            _, samples = nvml.nvmlDeviceGetSamples(self._handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._since)
+        except nvml.NVMLError:
+            return None
+        fresh = [s.sampleValue.uiVal for s in samples if s.timeStamp > self._since]
+        return round(sum(fresh) / len(fresh) / 100, 3) if fresh else None
 
 
 SUBMITTERS = 8  # client threads submitting at once in the engine run
@@ -208,6 +296,10 @@ def main(argv=None) -> int:
     ap.add_argument("--lanes", type=int, default=1, help="devices-only run: proving threads (lanes) per device (default 1)")
     ap.add_argument("--verify", action="store_true", help="engine run: self-verify every proof, as the daemon does")
     ap.add_argument("--profile", action="store_true", help="engine run: report the host's CPU time by thread and function (yappi)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="devices-only run: each lane's waits for the device, and GPU 0's busy fraction (NVML)")
+    ap.add_argument("--device-synthesis", action="store_true",
+                    help="devices-only run: A·w and B·w on the device from resident coefficients, uploads staged (as the engine)")
     ap.add_argument("--switch-interval", type=float, help="sys.setswitchinterval for the runs (seconds; Python's default 0.005)")
     ap.add_argument("--skip-residency", action="store_true", help="skip the residency measurement")
     ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "cuzk-multi-gpu", help="circuit cache")
@@ -236,7 +328,7 @@ def main(argv=None) -> int:
         print(json.dumps({"residency": out["residency"]}), flush=True)
     out["devices_only"] = []
     for g in counts:
-        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs, args.lanes))
+        out["devices_only"].append(devices_only(zkey, wtns, g, args.proofs, args.lanes, args.timeline, args.device_synthesis))
         print(json.dumps({"devices_only": out["devices_only"][-1]}), flush=True)
     out["engine"] = []
     if not args.skip_engine:
@@ -252,6 +344,12 @@ def main(argv=None) -> int:
         r = out["residency"]
         print(f"\n2^{args.log_n} BN254 proof, proving half on one GPU: bases uploaded per MSM {r['uploaded_per_msm_ms']:.1f} ms, "
               f"resident {r['resident_ms']:.1f} ms (residency gain {r['residency_gain']:.2f}x)")
+    for row in out["devices_only"]:
+        if "timeline" in row:
+            tl = row["timeline"]
+            print(f"devices only, {row['gpus']} GPU(s) x {row['lanes']} lanes: GPU 0 busy {tl['gpu0_busy']}, no lane waiting for the "
+                  f"device {tl['no_lane_waiting']:.1%} of the time; per proof {tl['proof_ms']} ms in its lane, of which "
+                  f"{tl['wait_ms_per_proof']} ms in {tl['waits_per_proof']} waits, {tl['host_ms_per_proof']} ms on the host")
     threads = [row for row in out["engine"] if not row["device_processes"]]
     for label, rows in (("devices only", out["devices_only"]), ("engine end to end", threads)):
         if not rows:

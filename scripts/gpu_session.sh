@@ -38,6 +38,14 @@ for s in "$@"; do
     multi) step multi-${LOGN:-20} ${T_MULTIB:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-20} --proofs ${PROOFS:-32} --out /tmp/res/multi_gpu-${LOGN:-20}.json ;;
     hostprof) step hostprof-${LOGN:-16}${TAG} ${T_HOSTPROF:-240} python3 benchmarks/multi_gpu.py --log-n ${LOGN:-16} --proofs ${PROOFS:-200} --gpus 1 \
       --lanes ${LANES:-4} --synth-workers auto --verify --profile --skip-residency ${HOSTPROF_ARGS} --out /tmp/res/hostprof-${LOGN:-16}${TAG}.json ;;
+    timeline*)  # timeline-<logn>-<lanes>[-<tag>]: bare lanes (no engine) on a ladder rung (run 'ladder' first), each lane's waits for the device, GPU busy
+      # tags, joined by '+': dsyn feeds them as the engine does (multi_gpu.py --device-synthesis); any other only names the run
+      IFS=- read -r _ n lanes tag <<< "$s"; mkdir -p /tmp/mg && ln -sfn /tmp/ladder/bn128/2^$n /tmp/mg/synthetic_2^$n; extra=()
+      for part in ${tag//+/ }; do [ "$part" = dsyn ] && extra+=(--device-synthesis); done
+      step $s ${T_TIMELINE:-200} python3 benchmarks/multi_gpu.py --log-n $n --proofs ${PROOFS:-160} --gpus 1 --lanes $lanes --timeline \
+        --skip-residency --skip-engine --dir /tmp/mg "${extra[@]}" --out /tmp/res/$s.json ;;
+    ab-*)  # an A/B inside one machine: the files under .gpurun/ab/<name>/ (paths as in the repo) copied over the tree; tag the next steps
+      cp -r .gpurun/ab/${s#ab-}/. . && echo "== $s: $(cd .gpurun/ab/${s#ab-} && find . -type f | tr '\n' ' ')" ;;
     overlap) step overlap 200 python3 benchmarks/gpu_ops.py --sizes 22,24 --curves bn254 --ops msm_g1,msm_g2 --host-bases 8 --out /tmp/res/overlap.json ;;
     bench1|bench2)  # cuzk bench on multi_gpu.py's 2^20 circuit (run 'multi' first), 1 or 2 GPUs, self-verify on
       k=$([ $s = bench1 ] && echo "[0]" || echo "[0,1]"); c=/tmp/cuzk-multi-gpu/synthetic_2^${LOGN:-20}
@@ -49,6 +57,7 @@ for s in "$@"; do
     ladder) step ladder ${T_LADDER:-500} python3 benchmarks/ladder.py ${LADDER_ARGS} ;;
     lbench*)  # cuzk bench on a ladder rung (run 'ladder' with --dir /tmp/ladder first): lbench-<logn>-<jobs>-<concurrency>-<synth workers>[-<tag>]
       # tags, joined by '+': memN runs the daemon under a cgroup limit of N MiB, kN with proofs_per_device = N, procs with device_processes = true
+      # (any other tag only names the run, e.g. the side of an A/B)
       # SPY="--gil" (or " "): py-spy (a wheel in .whl) samples the bench and the daemon's processes into /tmp/res/<step>.spy (collapsed stacks)
       IFS=- read -r _ n j c w tag <<< "$s"; r=/tmp/ladder/bn128/2^$n; extra=()
       for part in ${tag//+/ }; do case $part in mem*) extra+=(--memory-limit ${part#mem}MiB) ;; k[0-9]*) extra+=(--engine proofs_per_device=${part#k}) ;;

@@ -426,6 +426,57 @@ def test_window_table_msm_matches_reference_whole_and_in_chunks(kind, curve, gro
     assert backend.vram.reserved_bytes == 0
 
 
+def test_msm_many_queues_a_proofs_msms_and_reads_them_back_once(kind):
+    """A proof's MSMs over resident bases (graphs, plain launches over window tables, and bases without a table) are
+    queued on one stream and read back in one copy, each equal to its own MSM; with no room for their working set, or
+    bases from the host, they run one by one with the checkpoint between them; a bad scalar is named by its index."""
+    curve, rng = BN254, random.Random(8)
+    backend = make_backend(kind, vram_budget=VramBudget(1 << 26), min_msm_chunk=8)
+    sizes = [("g1", 40), ("g1", 40), ("g2", 40), ("g1", 37), ("g1", 64)]  # a proof's A, B1, B2, C and H
+    hosts = [bases_array(curve, g, random_points(curve, g, n, rng)) for g, n in sizes]
+    resident = [backend.upload_bases(curve, g, h) for (g, _), h in zip(sizes, hosts)]
+    scalars = [ints_to_limbs([rng.randrange(curve.r) for _ in range(n)], 8) for _, n in sizes]
+    want = [msm(backend, curve, g, h, s) for (g, _), h, s in zip(sizes, hosts, scalars)]
+    reads, to_host = [], backend.runtime.to_host
+    backend.runtime.to_host = lambda a: reads.append(a) or to_host(a)
+    checkpoints = []
+
+    def many(bases):
+        reads.clear()
+        return backend.msm_many(curve, [(g, b, s) for (g, _), b, s in zip(sizes, bases, scalars)], lambda: checkpoints.append(1))
+
+    def same(got):
+        return all(group_of(curve, g).eq(x, y) for (g, _), x, y in zip(sizes, got, want))
+
+    assert same(many(resident)) and len(reads) == 1 and not checkpoints  # tables built, graphs captured
+    assert all(b.table is not None and b.graphs for b in resident)
+    held = backend.vram.reserved_bytes  # bases, their tables and idle graphs: the queued working set went back
+    assert same(many(resident)) and len(reads) == 1 and backend.vram.reserved_bytes == held
+    backend.msm.graphs = False  # each MSM launches its kernels, carved from one arena
+    assert same(many(resident)) and len(reads) == 1 and backend.vram.reserved_bytes == held
+    backend.msm.window_tables = False  # per-window buckets and Horner, queued alike
+    assert same(many(resident)) and len(reads) == 1 and not checkpoints
+    bad = [s.copy() for s in scalars]
+    bad[3][5] = ints_to_limbs([curve.r], 8)[0]
+    with pytest.raises(ScalarOutOfRangeError) as caught:
+        backend.msm_many(curve, [(g, b, s) for (g, _), b, s in zip(sizes, resident, bad)])
+    assert caught.value.index == 5
+    # The queued working set is one MSM's (one arena, reused in stream order): only where not even that fits do they
+    # run one by one, in chunks.
+    for b in resident:
+        b.drop_table()  # nothing idle for the budget to evict
+    chunk = backend.msm.working_bytes(curve, "g2", 8, resident=True)
+    blocker = backend.vram.reserve(backend.vram.available_bytes - chunk, "test: room for a chunk of one MSM")
+    assert same(many(resident)) and len(reads) > len(sizes) and len(checkpoints) == len(sizes) - 1
+    blocker.release()
+    checkpoints.clear()
+    assert same(many(hosts)) and len(reads) >= len(sizes) and len(checkpoints) == len(sizes) - 1
+    backend.runtime.to_host = to_host
+    for b in resident:
+        b.free()
+    assert backend.vram.reserved_bytes == 0
+
+
 def test_idle_window_table_gives_way_to_an_msm_that_cannot_otherwise_run(kind):
     """A window table built in room that was spare then is a cache: an MSM whose smallest chunk does not fit beside it
     evicts it (resident bases stay) instead of failing, and the result is right."""

@@ -686,6 +686,24 @@ def test_proving_is_live_state_and_the_prover_does_not_wait_for_the_journal(make
     assert engine.await_result(second, timeout=SLOW).state is JobState.DONE
 
 
+def test_proofs_that_wait_for_the_finisher_are_journaled_in_one_commit(make_engine, circuits, monkeypatch):
+    """While the finishing thread is busy (here: held), the proofs made meanwhile queue for it; it journals them
+    together (``Journal.finish_many``: one fsync'd commit), and each is answered."""
+    engine = make_engine(start=False)
+    done = Gate(JobState.DONE)
+    engine.add_listener(done)
+    jobs = [engine.submit("small", circuits["small"].witness) for _ in range(4)]
+    batches, finish_many = [], engine.journal.finish_many
+    monkeypatch.setattr(engine.journal, "finish_many", lambda outcomes: batches.append([o[0] for o in outcomes]) or finish_many(outcomes))
+    engine.start()
+    first = done.wait()
+    wait_until(lambda: proofs_made(engine) == 4, SLOW)
+    done.open()
+    for job in jobs:
+        assert engine.await_result(job, timeout=SLOW).state is JobState.DONE
+    assert batches[0] == [first] and sorted(batches[1]) == sorted(set(jobs) - {first}) and len(batches) == 2
+
+
 def test_stop_keeps_a_proof_that_was_waiting_to_be_finished(make_engine, circuits):
     engine = make_engine(start=False)
     done = Gate(JobState.DONE)

@@ -165,9 +165,52 @@ def test_finish_deletes_the_witness_and_stores_the_result(tmp_path):
     j = Journal(tmp_path)
     rec, _ = j.submit("c", Priority.NORMAL, b"w")
     done = j.finish(rec.job_id, JobState.FAILED, error="witness does not satisfy constraint 3", timings={"synthesize": 0.5})
+    j.close()  # waits for the deletion, which runs off the finishing thread
     assert not j.witness_path(rec.job_id).exists()
     assert done.state is JobState.FAILED and done.error.endswith("constraint 3") and done.timings == {"synthesize": 0.5}
     assert done.finished_at >= done.submitted_at
+
+
+def test_finish_many_journals_several_outcomes_in_one_commit(tmp_path):
+    """The finisher's group commit: each job's result stored and its witness deleted, in one transaction."""
+    j = Journal(tmp_path)
+    ids = [j.submit("c", Priority.NORMAL, bytes([i]))[0].job_id for i in range(3)]
+    statements = []
+    j._db.set_trace_callback(statements.append)
+    done = j.finish_many([(ids[0], JobState.DONE, {"proof": {"pi_a": ["1"]}, "public_signals": ["7"], "timings": {"msm": 0.1}}),
+                          (ids[1], JobState.FAILED, {"error": "rejected"}),
+                          (ids[2], JobState.CANCELLED, {})])
+    j._db.set_trace_callback(None)
+    assert [r.job_id for r in done] == ids and [r.state for r in done] == [JobState.DONE, JobState.FAILED, JobState.CANCELLED]
+    assert done[0].proof == {"pi_a": ["1"]} and done[0].public_signals == ["7"] and done[1].error == "rejected"
+    begin = statements.index("BEGIN")
+    commit = statements.index("COMMIT", begin)
+    updates = [i for i, s in enumerate(statements) if s.startswith("UPDATE jobs SET state")]
+    assert len(updates) == 3 and all(begin < i < commit for i in updates)  # all three in the first transaction
+    assert Journal(tmp_path).result_bytes() == j.result_bytes() > 0  # the running total is the rows'
+    with pytest.raises(ValueError, match="terminal"):
+        j.finish_many([(j.submit("c", Priority.NORMAL, b"x")[0].job_id, JobState.PROVING, {})])
+    j.close()  # waits for the witnesses' deletion
+    assert not any(j.witness_path(i).exists() for i in ids)
+
+
+def test_started_mark_survives_sigkill_without_waiting_for_the_disk(tmp_path):
+    """mark_started commits without an fsync: a daemon killed right after it still left the attempt counted."""
+    code = textwrap.dedent(f"""
+        from cuzk.engine.journal import Journal
+        from cuzk.engine.jobs import Priority
+        j = Journal({str(tmp_path)!r})
+        rec, _ = j.submit("toy", Priority.NORMAL, b"w")
+        assert j.mark_started(rec.job_id) == 1
+        print(rec.job_id, flush=True)
+        import time; time.sleep(60)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    job_id = child.stdout.readline().strip()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    replay = Journal(tmp_path).requeue_unfinished()
+    assert [(r.job_id, r.attempts) for r in replay] == [(job_id, 1)]
 
 
 def test_prune_by_age(tmp_path):

@@ -21,6 +21,7 @@ the device's. It runs several proofs at once, one per thread, each inside a lane
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -55,6 +56,11 @@ class Backend(Protocol):
     # Multi-scalar multiplication ---------------------------------------------------
     def msm_g1(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
     def msm_g2(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point: ...
+    def msm_many(self, curve: Curve, msms, checkpoint: Callable[[], None] | None = None) -> list[Point]:
+        """The sums of ``msms``, a proof's MSMs as (group "g1" | "g2", bases, scalars), in order. A device backend
+        queues them back to back and waits once; MSMs that run one after another call ``checkpoint()`` between them
+        (it may raise to stop the rest)."""
+        ...
 
 
 class StagingSource(Protocol):

@@ -148,15 +148,23 @@ class JobTracker:
 
     def finish(self, job: LiveJob, state: JobState, **result) -> None:
         """A terminal state, journaled with its result; wakes whoever awaits the job."""
+        self.finish_many([(job, state, result)])
+
+    def finish_many(self, outcomes: list[tuple[LiveJob, JobState, dict]]) -> None:
+        """``finish`` for several jobs, (job, state, result) each, journaled in one commit (``Journal.finish_many``)."""
         with self._lock:
-            if job.done.is_set():
+            live = [(job, state, result) for job, state, result in outcomes if not job.done.is_set()]
+            if not live:
                 return
-            job.final = self.journal.finish(job.id, state, **result)
-            job.state = state
-            self._jobs.pop(job.id, None)
-            self.finished += 1
-            job.done.set()
-        self._notify(job.id, state)
+            records = self.journal.finish_many([(job.id, state, result) for job, state, result in live])
+            for (job, state, _), record in zip(live, records):
+                job.final = record
+                job.state = state
+                self._jobs.pop(job.id, None)
+                self.finished += 1
+                job.done.set()
+        for job, state, _ in live:
+            self._notify(job.id, state)
 
     def interrupt(self, job: LiveJob) -> None:
         """The engine is stopping: the job stays unfinished in the journal; wake whoever awaits it."""

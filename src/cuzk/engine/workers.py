@@ -342,12 +342,18 @@ class DeviceWorker(ProvingWorker):
                 vectors.release()
 
 
+# Proved jobs journaled in one commit at most. The finisher takes what waits when it gets to them, adding no wait.
+FINISH_BATCH = 64
+
+
 class Finisher:
     """Verifies, journals and answers each proved job, off the device workers.
 
     A device's next proof need not wait for this one's host-side ending: the pairing check,
     the journal's fsync'd commit (which queues behind other files' fsyncs while witnesses come
-    in) and giving back the job's memory.
+    in) and giving back the job's memory. The proofs that waited meanwhile are journaled together,
+    one commit for all: one commit per proof (tens of ms each behind the witnesses' fsyncs) was
+    what set the daemon's pace at 2^20 (GPU_NOTES, session 9).
     """
 
     def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission, verify: bool):
@@ -357,14 +363,31 @@ class Finisher:
 
     def run(self) -> None:
         while (item := self.stages.proved.get()) is not None:
-            job, proof = item
-            self.state.update(job=job.id)
+            batch, more = [item], True
+            while more and len(batch) < FINISH_BATCH:  # what else waits now: journaled in the same commit
+                try:
+                    item = self.stages.proved.get_nowait()
+                except queue.Empty:
+                    break
+                more = item is not None
+                if more:
+                    batch.append(item)
+            done = []
+            for job, proof in batch:
+                self.state.update(job=job.id)
+                try:
+                    done.append((job, JobState.DONE, self._complete(job, proof)))
+                except BaseException as exc:  # noqa: BLE001 — a rejected proof fails its job, never this thread
+                    self.tracker.end_with(job, exc)
             try:
-                self.tracker.finish(job, JobState.DONE, **self._complete(job, proof))
-            except BaseException as exc:  # noqa: BLE001 — a rejected proof fails its job, never this thread
-                self.tracker.end_with(job, exc)
+                self.tracker.finish_many(done)
+            except BaseException as exc:  # noqa: BLE001 — the journal's failure fails these jobs, never this thread
+                for job, _, _ in done:
+                    self.tracker.end_with(job, exc)
             finally:
                 self.state.update(job=None)
+            if not more:
+                return
 
     def _complete(self, job: LiveJob, proof: Proof) -> dict[str, Any]:
         """Self-verify a proof; returns the result for the journal (the job's resources released)."""

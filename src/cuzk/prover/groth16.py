@@ -249,13 +249,10 @@ def prove_synthesized(
 
         t = time.perf_counter()
         scalars = w_upload.result() if w_upload is not None else w
-        pi_a = backend.msm_g1(curve, zkey.a, scalars)
-        pib1 = backend.msm_g1(curve, zkey.b1, scalars)
-        _checkpoint(cancelled)
-        pi_b = backend.msm_g2(curve, zkey.b2, scalars)
-        _checkpoint(cancelled)
-        pi_c = backend.msm_g1(curve, zkey.c, scalars[zkey.n_public + 1 :])
-        res_h = backend.msm_g1(curve, zkey.h, h_scalars)
+        pi_a, pib1, pi_b, pi_c, res_h = backend.msm_many(
+            curve, [("g1", zkey.a, scalars), ("g1", zkey.b1, scalars), ("g2", zkey.b2, scalars),
+                    ("g1", zkey.c, scalars[zkey.n_public + 1 :]), ("g1", zkey.h, h_scalars)],
+            checkpoint=lambda: _checkpoint(cancelled))
         del scalars, h_scalars
         timings["msm"] = time.perf_counter() - t
 

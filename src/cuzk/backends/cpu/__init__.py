@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ...curves import Curve
@@ -57,6 +59,14 @@ class CpuBackend:
 
     def msm_g2(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point:
         return msm.msm_g2(curve, bases, scalars)
+
+    def msm_many(self, curve: Curve, msms, checkpoint: Callable[[], None] | None = None) -> list[Point]:
+        sums = []
+        for i, (group, bases, scalars) in enumerate(msms):
+            if i and checkpoint is not None:
+                checkpoint()
+            sums.append(self.msm_g1(curve, bases, scalars) if group == "g1" else self.msm_g2(curve, bases, scalars))
+        return sums
 
 
 __all__ = ["CpuBackend", "FieldVectorError"]

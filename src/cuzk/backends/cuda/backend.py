@@ -118,6 +118,10 @@ class CudaBackend:
     def msm_g2(self, curve: Curve, bases, scalars) -> Point:
         return self.msm.msm(curve, "g2", bases, scalars)
 
+    @on_device
+    def msm_many(self, curve: Curve, msms, checkpoint=None) -> list[Point]:
+        return self.msm.msm_many(curve, msms, checkpoint)
+
     def msm_working_bytes(self, curve: Curve, group: str, n: int, resident: bool = False, buffers: int = 1) -> int:
         return self.msm.working_bytes(curve, group, n, resident, buffers)
 

@@ -23,9 +23,11 @@ where launch latency, not work, was its time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import threading
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -242,13 +244,19 @@ class MsmWork:
     levels: list
     out: object  # the result's XYZZ row, then the first bad scalar's index, then the largest bucket's entries
 
+    @staticmethod
+    def layout(shape: SortShape) -> list:
+        """The shapes of its buffers before ``out``, in order (levels last: one per reduction level)."""
+        w = shape.sum_words
+        return [shape.keys, shape.keys + 1, shape.keys, 2 * shape.scan_tiles + 3, shape.scatter_passes + 1, max(1, shape.entries),
+                (shape.keys, w), 2 * shape.chunks, (2 * shape.chunks, w)] + [(rows, w) for rows in shape.level_rows]
+
     @classmethod
-    def allocate(cls, rt, shape: SortShape) -> MsmWork:
-        u32, w = np.uint32, shape.sum_words
-        return cls(rt.empty(shape.keys, u32), rt.empty(shape.keys + 1, u32), rt.empty(shape.keys, u32), rt.empty(2 * shape.scan_tiles + 3, u32),
-                   rt.empty(shape.scatter_passes + 1, u32), rt.empty(max(1, shape.entries), u32),
-                   rt.empty((shape.keys, w), u32), rt.empty(2 * shape.chunks, u32), rt.empty((2 * shape.chunks, w), u32),
-                   [rt.empty((rows, w), u32) for rows in shape.level_rows], rt.empty(w + 2, u32))
+    def allocate(cls, rt, shape: SortShape, arena: MsmArena | None = None, out=None) -> MsmWork:
+        """Its buffers from the device's pool, or carved from ``arena`` (``out``, its result row, then given apart)."""
+        empty = arena.take if arena is not None else (lambda s: rt.empty(s, np.uint32))
+        buffers = [empty(s) for s in cls.layout(shape)]
+        return cls(*buffers[:9], buffers[9:], out if out is not None else rt.empty(shape.sum_words + 2, np.uint32))
 
     @property
     def first_bad(self):
@@ -257,6 +265,34 @@ class MsmWork:
     @property
     def largest(self):
         return self.out[self.sums.shape[1] + 1:]
+
+
+class MsmArena:
+    """One device buffer that several MSMs queued one after another on a stream carve their ``MsmWork`` from: each
+    MSM's kernels run after the previous one's in stream order, so they reuse the same bytes (one working set for the
+    proof's MSMs instead of one each, ``CudaMsm.msm_many``)."""
+
+    ALIGN_WORDS = 64  # 256 bytes: kernels load 16-byte vectors; CuPy's own allocations are 512-byte aligned
+
+    def __init__(self, buffer):
+        self.buffer, self.at = buffer, 0
+
+    @classmethod
+    def words(cls, shape: SortShape) -> int:
+        """uint32 words an arena needs for one ``MsmWork`` of ``shape`` (its ``out`` apart)."""
+        return sum(cls.aligned(int(np.prod(s))) for s in MsmWork.layout(shape))
+
+    @classmethod
+    def aligned(cls, words: int) -> int:
+        return -(-words // cls.ALIGN_WORDS) * cls.ALIGN_WORDS
+
+    def take(self, shape):
+        words = int(np.prod(shape))
+        start, self.at = self.at, self.at + self.aligned(words)
+        return self.buffer[start : start + words].reshape(shape)
+
+    def reset(self) -> None:
+        self.at = 0
 
 
 @dataclasses.dataclass
@@ -564,14 +600,11 @@ class CudaMsm:
         n = check_vector(scalars, SCALAR_LIMBS, "MSM scalars")
         resident = isinstance(bases, DeviceBases)
         if resident:
-            if bases.curve is not curve or bases.group != group or bases.points is None:
-                raise CudaInputError(f"resident bases are {bases.curve.name} {bases.group.upper()} (freed: {bases.points is None}), "
-                                     f"not {curve.name} {group.upper()}")
-            n_bases = bases.n
+            self._check_resident(curve, group, bases, n)
         else:
             n_bases = check_bases(curve, group, bases)
-        if n_bases != n:
-            raise CudaInputError(f"MSM has {n_bases} bases but {n} scalars")
+            if n_bases != n:
+                raise CudaInputError(f"MSM has {n_bases} bases but {n} scalars")
         if n == 0:
             return None
         table = self._acquire_table(bases) if resident else None
@@ -588,6 +621,91 @@ class CudaMsm:
         finally:
             if table is not None:
                 self._release_table(bases)
+
+    def msm_many(self, curve: Curve, msms, checkpoint: Callable[[], None] | None = None) -> list[Point]:
+        """The sums of ``msms`` ((group, bases, scalars) each), in order. Over resident bases they are queued back to
+        back on the calling lane's stream, their working sets carved in turn from one ``MsmArena`` of the largest (one
+        reservation), their results read back in one copy: the lane's stream does not drain between them. (A wait per
+        MSM drained it five times a proof, and refilling it waited for the launching thread's turn at the GIL.)
+        Otherwise — bases not resident, phases timed, no room for the arena now — each runs as ``msm`` does, with
+        ``checkpoint()`` (which may raise to stop) between them."""
+        if self.phase_log is None and msms and all(isinstance(bases, DeviceBases) for _, bases, _ in msms):
+            queued = self._msm_queued(curve, msms)
+            if queued is not None:
+                return queued
+        sums = []
+        for i, (group, bases, scalars) in enumerate(msms):
+            if i and checkpoint is not None:
+                checkpoint()
+            sums.append(self.msm(curve, group, bases, scalars))
+        return sums
+
+    def _msm_queued(self, curve: Curve, msms) -> list[Point] | None:
+        """``msm_many`` over resident bases, queued; None (nothing queued, nothing held) when the arena has no room."""
+        bits = curve.r.bit_length()
+        for group, bases, scalars in msms:
+            self._check_resident(curve, group, bases, check_vector(scalars, SCALAR_LIMBS, "MSM scalars"))
+        with contextlib.ExitStack() as held:
+            tables = []
+            for _, bases, _ in msms:
+                table = self._acquire_table(bases) if bases.n else None
+                if table is not None:
+                    held.callback(self._release_table, bases)
+                tables.append(table)
+            graphs = []
+            for (_, bases, _), table in zip(msms, tables):
+                graph = self._acquire_graph(bases, table) if table is not None else None
+                if graph is not None:
+                    held.callback(self._release_graph, bases, graph)
+                graphs.append(graph)
+            shapes = []
+            for (group, bases, _), table, graph in zip(msms, tables, graphs):
+                sum_words = 2 * point_words(curve, group)
+                if graph is not None:
+                    shapes.append(graph.shape)
+                elif bases.n:
+                    c = table[1] if table is not None else window_bits(bases.n, bits)
+                    shapes.append(SortShape.of(bases.n, c, bits, sum_words, table is not None, self.chunk_len, self.join_span))
+                else:
+                    shapes.append(None)
+            arena_words = max((MsmArena.words(sh) for sh, g in zip(shapes, graphs) if sh is not None and g is None), default=0)
+            out_words = [MsmArena.aligned(sh.sum_words + 2) if sh is not None else 0 for sh in shapes]  # kernels load 16 bytes at once
+            host_bytes = sum(s.nbytes for _, _, s in msms if isinstance(s, np.ndarray))
+            reservation = self.vram.try_reserve(4 * (arena_words + sum(out_words)) + host_bytes,
+                                                f"MSM working sets ({len(msms)} {curve.name} MSMs in a row)", transient=True)
+            if reservation is None:
+                return None
+            held.callback(reservation.release)
+            rt = self.runtime
+            arena = MsmArena(rt.empty(max(1, arena_words), np.uint32))
+            results = MsmArena(rt.empty(max(1, sum(out_words)), np.uint32))
+            for (group, bases, scalars), table, graph, shape in zip(msms, tables, graphs, shapes):
+                if shape is None:
+                    continue
+                out = results.take(shape.sum_words + 2)
+                scalars = self.gpu.device_view(scalars)[0]
+                if graph is not None:
+                    rt.copy(graph.scalars, scalars)
+                    rt.replay(graph.graph)
+                    rt.copy(out, graph.work.out)
+                    continue
+                arena.reset()
+                work = MsmWork.allocate(rt, shape, arena, out)
+                points = table[0] if table is not None else bases.points
+                self._launch_msm(rt.module(curve, f"msm_{group}"), shape, work, scalars, points, bases.n if table is not None else 0, 0)
+            host = rt.to_host(results.buffer)  # the one wait
+        sums, at = [], 0
+        for (group, _, _), shape, words in zip(msms, shapes, out_words):
+            sums.append(self._sum(curve, group, shape, host[at : at + words], 0) if shape is not None else None)
+            at += words
+        return sums
+
+    def _check_resident(self, curve: Curve, group: str, bases: DeviceBases, n: int) -> None:
+        if bases.curve is not curve or bases.group != group or bases.points is None:
+            raise CudaInputError(f"resident bases are {bases.curve.name} {bases.group.upper()} (freed: {bases.points is None}), "
+                                 f"not {curve.name} {group.upper()}")
+        if bases.n != n:
+            raise CudaInputError(f"MSM has {bases.n} bases but {n} scalars")
 
     def _acquire_graph(self, bases: DeviceBases, table) -> MsmGraph | None:
         """An idle captured MSM over ``bases``' window ``table`` (table, c), captured now when none is idle; None when
@@ -739,6 +857,11 @@ class CudaMsm:
         out = self.runtime.to_host(work.out)
         if self.phase_log is not None:
             self._flush_phases()
+        return self._sum(curve, group, shape, out, offset)
+
+    @staticmethod
+    def _sum(curve: Curve, group: str, shape: SortShape, out: np.ndarray, offset: int) -> Point:
+        """The affine sum of a result row read back (``MsmWork.out``), or the first bad scalar's error."""
         bad = int(out[shape.sum_words])
         if bad != 0xFFFFFFFF:
             raise ScalarOutOfRangeError(offset + bad, curve)
