@@ -385,28 +385,15 @@ def test_job_larger_than_the_whole_budget_fails_at_once(make_engine, circuits):
 def test_budget_is_never_exceeded_while_several_jobs_run(make_engine, circuits):
     key, work, key_load = sizes(circuits["large"])
     budget = max(key + work + work // 2, key_load)  # one working set at a time
-    engine = make_engine(budget=budget, keys=("large",), synth_workers=2, start=False)
-    running: set[str] = set()
-    most = [0]
-    lock = threading.Lock()
-
-    def track(job_id, state):
-        with lock:
-            if state is JobState.SYNTHESIZING:
-                running.add(job_id)
-            elif state.terminal:
-                running.discard(job_id)
-            most[0] = max(most[0], len(running))
-
-    engine.add_listener(track)
-    engine.start()
+    assert budget < key + 2 * work
+    engine = make_engine(budget=budget, keys=("large",), synth_workers=2)
     ids = [engine.submit("large", circuits["large"].witness) for _ in range(3)]
     for job_id in ids:
         assert engine.await_result(job_id, timeout=SLOW).state is JobState.DONE
     snap = engine.budget.snapshot()
-    assert snap["peak_reserved_bytes"] <= budget
-    assert snap["peak_reserved_bytes"] >= key + work  # the jobs really held their reservations
-    assert most[0] == 1  # the budget admitted one job at a time
+    # The budget's peak, not the jobs' states, shows admission: the finisher gives a job's memory back before it
+    # journals the result, so the next job may be SYNTHESIZING while this one is not yet DONE.
+    assert key + work <= snap["peak_reserved_bytes"] <= budget  # each job held its working set; two never did
     assert snap["reserved_bytes"] == key  # only the (idle, hot) key remains
 
 
