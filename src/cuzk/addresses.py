@@ -1,0 +1,64 @@
+"""Where the daemon lives and listens by default, and how an address is written: the part of the configuration that a
+one-shot ``cuzk prove`` needs to find its local daemon.
+
+Kept apart from ``config`` (which reads it) because that module's dataclasses, pathlib and TOML parser cost a one-shot
+call ~40 ms of imports on two cores, a third of a small circuit's whole proof; this one needs ``os`` alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV_PREFIX = "CUZK_"
+SOCKET_NAME = "cuzk.sock"
+# Unix socket paths live in a fixed 108-byte field (sun_path), terminating NUL included.
+MAX_UNIX_PATH = 107
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the setting and where it came from."""
+
+
+def default_data_dir(env: dict[str, str] | None = None) -> str:
+    base = (os.environ if env is None else env).get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
+                                                                                     "share")
+    return os.path.join(base, "cuzk")
+
+
+def data_dir_setting(value: str) -> str:
+    """A ``data_dir`` as the configuration takes it (file, ``$CUZK_DATA_DIR``, flag): ``~`` expanded, made absolute."""
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def default_config_file(env: dict[str, str]) -> str | None:
+    if env.get(ENV_PREFIX + "CONFIG"):
+        return env[ENV_PREFIX + "CONFIG"]
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    candidate = os.path.join(base, "cuzk", "cuzk.toml")
+    return candidate if os.path.isfile(candidate) else None
+
+
+def normalize_address(address: str) -> str:
+    """``unix:PATH``, an absolute/relative socket path, or ``host:port`` → the form gRPC takes."""
+    address = address.strip()
+    if address.startswith("unix://"):
+        return "unix:" + os.path.abspath(address[7:])
+    if address.startswith("unix:"):
+        return "unix:" + os.path.abspath(address[5:])
+    if "/" in address or address.endswith(".sock"):
+        return "unix:" + os.path.abspath(address)
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ConfigError(f"address {address!r} is neither unix:PATH nor HOST:PORT")
+    return address
+
+
+def default_address(config_file: str | os.PathLike | None, env: dict[str, str]) -> str | None:
+    """Where a client finds the daemon when nothing but the data directory is configured (no ``config_file``, none
+    at the default place, no ``$CUZK_DAEMON`` or ``$CUZK_LISTEN``): the unix socket in ``$CUZK_DATA_DIR`` or the
+    default data directory, as ``config.client_target`` would answer; None where the configuration must be read."""
+    if config_file or any(ENV_PREFIX + name in env for name in ("DAEMON", "LISTEN")) or default_config_file(env):
+        return None
+    data_dir = env.get(ENV_PREFIX + "DATA_DIR")
+    socket = os.path.join(default_data_dir(env) if data_dir is None else data_dir_setting(data_dir), SOCKET_NAME)
+    return "unix:" + socket if len(socket.encode()) <= MAX_UNIX_PATH else None  # too long: load_config says so
