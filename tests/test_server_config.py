@@ -110,22 +110,24 @@ def test_client_target_precedence(tmp_path):
     assert client_target("unix:/run/x.sock", None, env={"CUZK_TOKEN": TOKEN}) == ("unix:/run/x.sock", TOKEN)
 
 
-def test_the_default_address_is_the_configurations_without_reading_it(tmp_path):
-    """A one-shot `cuzk prove` finds its local daemon without loading the configuration (addresses.default_address):
-    the answer client_target gives where nothing but the data directory is set, else None (the configuration is read)."""
-    from cuzk.addresses import default_address
+def test_the_address_without_config_is_the_configurations_without_reading_it(tmp_path):
+    """A one-shot `cuzk prove` finds its local daemon without loading the configuration (addresses.address_without_config):
+    the address client_target gives where no configuration file is needed, else None (the configuration is read)."""
+    from cuzk.addresses import address_without_config
 
     home = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
     for extra in ({}, {"CUZK_DATA_DIR": str(tmp_path / "data")}, {"CUZK_DATA_DIR": "~/data/../d"}, {"CUZK_DATA_DIR": ""},
                   {"XDG_DATA_HOME": str(tmp_path / "share")}, {"CUZK_HTTP": "127.0.0.1:0", "CUZK_BUDGET": "1GiB"}):
         env = {**home, **extra}
-        assert default_address(None, env) == client_target(None, None, env)[0].replace("/data/../d", "/d")
-    for extra in ({"CUZK_DAEMON": "unix:/run/x.sock"}, {"CUZK_LISTEN": "127.0.0.1:7001"}, {"CUZK_CONFIG": "c.toml"},
-                  {"CUZK_DATA_DIR": "/" + "d" * 120}):
-        assert default_address(None, {**home, **extra}) is None
-    assert default_address(tmp_path / "c.toml", home) is None
+        assert address_without_config(None, env) == client_target(None, None, env)[0].replace("/data/../d", "/d")
+    for extra in ({"CUZK_DAEMON": "run/x.sock"}, {"CUZK_DAEMON": "127.0.0.1:7002", "CUZK_CONFIG": "c.toml"}):
+        env = {**home, **extra}
+        assert address_without_config(None, env) == client_target(None, None, {**env, "CUZK_CONFIG": ""})[0]
+    for extra in ({"CUZK_LISTEN": "127.0.0.1:7001"}, {"CUZK_CONFIG": "c.toml"}, {"CUZK_DATA_DIR": "/" + "d" * 120}):
+        assert address_without_config(None, {**home, **extra}) is None
+    assert address_without_config(tmp_path / "c.toml", home) is None
     write((tmp_path / "config" / "cuzk").mkdir(parents=True) or tmp_path / "config" / "cuzk" / "cuzk.toml", "")
-    assert default_address(None, home) is None
+    assert address_without_config(None, home) is None
 
 
 @given(st.sampled_from(["unix:", "unix://", ""]), st.lists(st.text("abc_", min_size=1, max_size=8), min_size=1, max_size=4))

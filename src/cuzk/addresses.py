@@ -53,10 +53,12 @@ def normalize_address(address: str) -> str:
     return address
 
 
-def default_address(config_file: str | os.PathLike | None, env: dict[str, str]) -> str | None:
-    """Where a client finds the daemon when nothing but the data directory is configured (no ``config_file``, none
-    at the default place, no ``$CUZK_DAEMON`` or ``$CUZK_LISTEN``): the unix socket in ``$CUZK_DATA_DIR`` or the
-    default data directory, as ``config.client_target`` would answer; None where the configuration must be read."""
+def address_without_config(config_file: str | os.PathLike | None, env: dict[str, str]) -> str | None:
+    """The daemon's address as ``config.client_target`` answers it, where that needs no configuration file:
+    ``$CUZK_DAEMON``; else, with no ``config_file``, none at the default place and no ``$CUZK_LISTEN``, the unix socket
+    in ``$CUZK_DATA_DIR`` or the default data directory. None where the configuration must be read."""
+    if env.get(ENV_PREFIX + "DAEMON"):
+        return normalize_address(env[ENV_PREFIX + "DAEMON"])
     if config_file or any(ENV_PREFIX + name in env for name in ("DAEMON", "LISTEN")) or default_config_file(env):
         return None
     data_dir = env.get(ENV_PREFIX + "DATA_DIR")
