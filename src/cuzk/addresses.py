@@ -19,6 +19,13 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the setting and where it came from."""
 
 
+def absolute_path(path: str | os.PathLike) -> str:
+    """``path`` made absolute as ``pathlib.Path.absolute`` makes it: joined to the working directory, its ``..`` left
+    for the kernel to resolve (folding it away by hand, as ``os.path.abspath`` does, names another file after a symlink)."""
+    path = os.fspath(path)
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
 def default_data_dir(env: dict[str, str] | None = None) -> str:
     base = (os.environ if env is None else env).get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local",
                                                                                      "share")
@@ -27,7 +34,7 @@ def default_data_dir(env: dict[str, str] | None = None) -> str:
 
 def data_dir_setting(value: str) -> str:
     """A ``data_dir`` as the configuration takes it (file, ``$CUZK_DATA_DIR``, flag): ``~`` expanded, made absolute."""
-    return os.path.abspath(os.path.expanduser(value))
+    return absolute_path(os.path.expanduser(value))
 
 
 def default_config_file(env: dict[str, str]) -> str | None:
@@ -42,11 +49,11 @@ def normalize_address(address: str) -> str:
     """``unix:PATH``, an absolute/relative socket path, or ``host:port`` → the form gRPC takes."""
     address = address.strip()
     if address.startswith("unix://"):
-        return "unix:" + os.path.abspath(address[7:])
+        return "unix:" + absolute_path(address[7:])
     if address.startswith("unix:"):
-        return "unix:" + os.path.abspath(address[5:])
+        return "unix:" + absolute_path(address[5:])
     if "/" in address or address.endswith(".sock"):
-        return "unix:" + os.path.abspath(address)
+        return "unix:" + absolute_path(address)
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise ConfigError(f"address {address!r} is neither unix:PATH nor HOST:PORT")

@@ -48,7 +48,7 @@ from .client_base import (
     Witness,
     is_key_path,
 )
-from .config import normalize_address
+from .addresses import absolute_path, normalize_address
 from .engine.jobs import JobState, Priority
 from .proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from .proto import cuzk_pb2 as pb
@@ -83,7 +83,7 @@ T = TypeVar("T")
 def key_ref(key: str | os.PathLike) -> pb.KeyRef:
     """A path (``is_key_path``) or else a registered name."""
     text = os.fspath(key)
-    return pb.KeyRef(path=os.path.abspath(text)) if is_key_path(key) else pb.KeyRef(name=text)
+    return pb.KeyRef(path=absolute_path(text)) if is_key_path(key) else pb.KeyRef(name=text)
 
 
 def _state_name(value: int) -> str:

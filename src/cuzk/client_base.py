@@ -13,6 +13,8 @@ import json
 import os
 import time
 
+from .addresses import absolute_path
+
 TYPE_CHECKING = False  # typing's own constant costs its import: type checkers treat this name alike
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -171,7 +173,7 @@ class ClientBase:
             return send({"input_json": input if isinstance(input, str) else json.dumps(input)})
         if isinstance(witness, (bytes, bytearray, memoryview)):
             return send({"witness": bytes(witness)})
-        path = os.path.abspath(witness)
+        path = absolute_path(witness)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"no witness file {path}")
         if self.sends_witness_paths:

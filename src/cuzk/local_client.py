@@ -22,6 +22,7 @@ import os
 import socket
 from urllib.parse import quote, urlencode
 
+from .addresses import absolute_path
 from .client_base import (
     AwaitTimeout,
     ClientBase,
@@ -106,7 +107,7 @@ class LocalHttpClient(ClientBase):
               timeout: float | None = None) -> ProofResult:
         """Submit and wait in one request, as ``Client.prove``; retried across a daemon restart, never proving twice."""
         request_id = request_id or f"prove-{os.urandom(16).hex()}"  # as Client.prove's (uuid's import costs ~2 ms)
-        key_text = os.path.abspath(key) if is_key_path(key) else os.fspath(key)
+        key_text = absolute_path(key) if is_key_path(key) else os.fspath(key)
         url = PROVE_PATH + quote(key_text, safe="")
 
         def send(fields: dict) -> ProofResult:
