@@ -10,8 +10,10 @@ shared machine: rapidsnark, `cuzk prove --local` (a fresh process that imports n
 cached kernels and reads the key) and, unless --no-daemon, the same plain `cuzk prove` command
 line while a local `cuzk daemon` runs (the process only imports the client of the daemon's
 local HTTP socket; the daemon has the kernels loaded and the key resident). The table shows medians and the ratios cuzk ÷
-rapidsnark (below 1: cuzk is faster), and splits the local run's wall time into cuzk's own
-phase timings (`--verbose`) and the rest: interpreter start-up, imports, numba's cache loads.
+rapidsnark (below 1: cuzk is faster), the CPU seconds of each process (rusage: rapidsnark's two
+threads, the `cuzk prove` client of the daemon, whose proof's CPU is the daemon's), and splits the
+local run's wall time into cuzk's own phase timings (`--verbose`) and the rest: interpreter
+start-up, imports, numba's cache loads.
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
 (rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
 is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
@@ -30,6 +32,7 @@ import argparse
 import compileall
 import os
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -44,13 +47,16 @@ RAPIDSNARK = Path(os.environ.get("RAPIDSNARK") or REPO.parent / "shared" / "peer
 sys.path.insert(0, str(REPO / "src"))  # this checkout's cuzk, here as in the provers it starts
 
 
-def run_seconds(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+def run_seconds(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (user + system, the process's own) and stderr of one run of ``argv``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
-    return wall, done.stderr
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done.stderr
 
 
 def phase_seconds(stderr: str) -> float:
@@ -126,8 +132,10 @@ def main(argv: list[str]) -> int:
                                  and "bls12381" not in (p / "verification_key.json").read_text()]
         dirs += [synthetic_circuit(log2, out) for log2 in args.synthetic]
         proof, public = out / "proof.json", out / "public.json"
-        # `cuzk prove` as the installed `cuzk` script runs it (`python -m` would add runpy's imports, ~5 ms a call).
-        cuzk = [sys.executable, "-c", "import sys; from cuzk.cli import run; sys.argv[0] = 'cuzk'; run()", "prove"]
+        # `cuzk prove` as the `cuzk` script pip writes runs it, its `import re` included (`python -m` would add runpy's
+        # imports, ~5 ms a call).
+        cuzk = [sys.executable, "-c", "import re, sys; from cuzk.cli import run; "
+                "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', 'cuzk'); sys.exit(run())", "prove"]
         local = [*cuzk, "--local", "--verbose", *(["--backend", args.backend] if args.backend != "auto" else [])]
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
@@ -135,29 +143,35 @@ def main(argv: list[str]) -> int:
         # The daemon a script gets from `cuzk prove --keep-daemon`, in a data directory (and socket) of the run's own.
         daemon_env = {**env, "CUZK_DATA_DIR": str(out / "daemon"), "CUZK_HTTP": "127.0.0.1:0"} if args.daemon else None
         for i, d in enumerate(dirs if daemon_env else []):  # the daemon's first proof of a key reads it: a script's Nth does not
-            wall, _ = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
+            wall, _, _ = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
                                   daemon_env)
             if i == 0:
                 print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {wall:.2f} s")
-        print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   local: phases / the rest")
+        print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   "
+              "CPU s: rapidsnark, daemon's client   local: phases / the rest")
         try:
             for d in dirs:
                 files = [str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)]
-                peer_s, ours, phases, served = [], [], [], []
+                peer_s, ours, phases, served, peer_cpu, client_cpu = [], [], [], [], [], []
                 for _ in range(args.repeat):
                     if peer is not None:
-                        peer_s.append(run_seconds([str(peer), *files], env)[0])
+                        wall, cpu, _ = run_seconds([str(peer), *files], env)
+                        peer_s.append(wall)
+                        peer_cpu.append(cpu)
                         assert verifies(d, proof, public), f"rapidsnark's proof of {d.name} does not verify"
-                    wall, stderr = run_seconds([*local, *files], env)
+                    wall, _, stderr = run_seconds([*local, *files], env)
                     assert verifies(d, proof, public), f"cuzk's proof of {d.name} does not verify"
                     ours.append(wall)
                     phases.append(phase_seconds(stderr))
                     if daemon_env:
-                        served.append(run_seconds([*cuzk, *files], daemon_env)[0])
+                        wall, cpu, _ = run_seconds([*cuzk, *files], daemon_env)
+                        served.append(wall)
+                        client_cpu.append(cpu)
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"
                 p = statistics.median(peer_s) if peer_s else None
                 o, ph = statistics.median(ours), statistics.median(phases)
                 v = statistics.median(served) if served else None
+                cpus = "  ".join(f"{statistics.median(c):.3f}" if c else "    -" for c in (peer_cpu, client_cpu))
 
                 def cell(t: float | None, width: int) -> str:
                     return f"{t:>{width - 1}.3f}s" if t is not None else f"{'-':>{width}}"
@@ -165,8 +179,8 @@ def main(argv: list[str]) -> int:
                 def ratio(t: float | None) -> str:
                     return f"{t / p:>6.2f}" if t is not None and p else f"{'-':>6}"
 
-                print(f"{d.name:<22} {cell(p, 10)} {cell(o, 7)} {ratio(o)}  {cell(v, 7)} {ratio(v)}   {ph:.3f} s / {o - ph:.3f} s",
-                      flush=True)
+                print(f"{d.name:<22} {cell(p, 10)} {cell(o, 7)} {ratio(o)}  {cell(v, 7)} {ratio(v)}   {cpus:>30}   "
+                      f"{ph:.3f} s / {o - ph:.3f} s", flush=True)
         finally:
             if daemon_env:
                 stop_daemon(out / "daemon")

@@ -196,3 +196,36 @@ def test_the_command_table_names_every_command_and_each_gets_its_own_parser():
     assert listed(build_parser()) == {name for names, _ in COMMANDS for name in names}
     for names, _ in COMMANDS:
         assert listed(build_parser(names[0])) == set(names)
+
+
+PROVE_FILES = ["k.zkey", "w.wtns", "proof.json", "public.json"]
+
+
+@pytest.mark.parametrize("argv", [
+    PROVE_FILES,
+    ["--keep-daemon", *PROVE_FILES],
+    [*PROVE_FILES, "-v", "--priority", "HIGH", "--timeout", "2.5", "--idle-exit=30", "--keep-daemon"],
+    ["--no-verify", "--backend", "cpu", "-q", *PROVE_FILES[:2], "--daemon", "unix:/x.sock", *PROVE_FILES[2:],
+     "--config", "c.toml", "--token=t", "--tls-ca", "ca.pem", "--r1cs", "c.r1cs", "--local", "--no-progress"],
+    ["-", *PROVE_FILES[1:], "--verbose", "--quiet", "--priority", "low", "--priority", "critical"],
+])
+def test_a_plain_prove_command_line_reads_as_the_parser_reads_it(argv):
+    """A one-shot `cuzk prove` reads its plain command lines from the parser's own table (cli_args.parse_plain),
+    without argparse: the same values as the parser's, every default included."""
+    from cuzk.cli import _plain_prove, build_parser
+
+    assert vars(_plain_prove(["prove", *argv])) == vars(build_parser("prove").parse_args(["prove", *argv]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--keep", *PROVE_FILES],  # an abbreviation argparse accepts
+    ["-h"], ["--priority", "bogus", *PROVE_FILES], ["--timeout", "soon", *PROVE_FILES], ["--timeout", "-1", *PROVE_FILES],
+    PROVE_FILES[:3], [*PROVE_FILES, "extra"], ["--", *PROVE_FILES], ["-vq", *PROVE_FILES], ["--verbose=yes", *PROVE_FILES],
+    [*PROVE_FILES, "--daemon"], ["--unknown", *PROVE_FILES],
+])
+def test_every_other_command_line_is_left_to_the_parser(argv):
+    """Whatever the plain reading does not take, argparse reads (or explains): no second set of rules."""
+    from cuzk.cli import _plain_prove
+
+    assert _plain_prove(["prove", *argv]) is None
+    assert _plain_prove(["fullprove", *argv]) is None

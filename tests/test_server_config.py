@@ -110,6 +110,36 @@ def test_client_target_precedence(tmp_path):
     assert client_target("unix:/run/x.sock", None, env={"CUZK_TOKEN": TOKEN}) == ("unix:/run/x.sock", TOKEN)
 
 
+def test_the_address_without_config_is_the_configurations_without_reading_it(tmp_path):
+    """A one-shot `cuzk prove` finds its local daemon without loading the configuration (addresses.address_without_config):
+    the address client_target gives where no configuration file is needed, else None (the configuration is read)."""
+    from cuzk.addresses import address_without_config
+
+    home = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    for extra in ({}, {"CUZK_DATA_DIR": str(tmp_path / "data")}, {"CUZK_DATA_DIR": "~/data/../d"}, {"CUZK_DATA_DIR": ""},
+                  {"XDG_DATA_HOME": str(tmp_path / "share")}, {"CUZK_HTTP": "127.0.0.1:0", "CUZK_BUDGET": "1GiB"}):
+        env = {**home, **extra}
+        assert address_without_config(None, env) == client_target(None, None, env)[0]
+    for extra in ({"CUZK_DAEMON": "run/x.sock"}, {"CUZK_DAEMON": "127.0.0.1:7002", "CUZK_CONFIG": "c.toml"}):
+        env = {**home, **extra}
+        assert address_without_config(None, env) == client_target(None, None, {**env, "CUZK_CONFIG": ""})[0]
+    for extra in ({"CUZK_LISTEN": "127.0.0.1:7001"}, {"CUZK_CONFIG": "c.toml"}, {"CUZK_DATA_DIR": "/" + "d" * 120}):
+        assert address_without_config(None, {**home, **extra}) is None
+    assert address_without_config(tmp_path / "c.toml", home) is None
+    write((tmp_path / "config" / "cuzk").mkdir(parents=True) or tmp_path / "config" / "cuzk" / "cuzk.toml", "")
+    assert address_without_config(None, home) is None
+
+
+@pytest.mark.parametrize("path", ["w.wtns", "link/../w.wtns", "./a//b", "/abs/../x", ""])
+def test_paths_are_made_absolute_as_pathlib_does_keeping_dot_dot_for_the_kernel(path):
+    """A witness or key path goes to the daemon as the client named it, made absolute: `..` after a symlink is not the
+    parent lexically, so folding it (os.path.abspath) could name another file."""
+    from cuzk.addresses import absolute_path
+
+    assert Path(absolute_path(path)) == Path(path).absolute()
+    assert ".." not in path or ".." in absolute_path(path)
+
+
 @given(st.sampled_from(["unix:", "unix://", ""]), st.lists(st.text("abc_", min_size=1, max_size=8), min_size=1, max_size=4))
 def test_unix_addresses_normalise_to_absolute_paths(prefix, parts):
     path = "/" + "/".join(parts) + ".sock"

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import gc
 import os
-import signal
 import sys
 import time
-from importlib import import_module
-from pathlib import Path
+
+from .cli_args import add_arguments, arg, client_options, parse_plain, priority_option
+
+# Imports stay inside the commands: a one-shot `cuzk prove` on a local daemon pays for every module it loads, on each
+# proof (argparse, pathlib, dataclasses and typing alone cost it ~60 ms of CPU on two cores).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
+
+    from .client_base import ProofResult
 
 
 def check_outputs(*paths: str | os.PathLike) -> None:
     """Refuse, before any work, output files that could not be written: one line each, as for unreadable inputs."""
-    for path in map(Path, paths):
-        parent = path.parent if str(path.parent) else Path(".")
-        if path.is_dir():
+    for path in map(os.fspath, paths):
+        parent = os.path.dirname(path) or "."
+        if os.path.isdir(path):
             raise ValueError(f"{path}: cannot write: it is a directory")
-        if not parent.is_dir():
+        if not os.path.isdir(parent):
             raise ValueError(f"{path}: cannot write: no such directory {parent}")
-        if not os.access(path if path.exists() else parent, os.W_OK):
+        if not os.access(path if os.path.exists(path) else parent, os.W_OK):
             raise ValueError(f"{path}: cannot write: permission denied")
 
 
@@ -59,7 +65,6 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         args.daemon, started = _running_local_daemon(args)
     if args.daemon:
         from .client_base import DaemonUnavailable
-        from .server.commands import prove_with_daemon
 
         try:
             result = prove_with_daemon(args, wait=explicit or started)
@@ -89,10 +94,14 @@ def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
         raise ValueError(f"--idle-exit takes a positive number of seconds, got {args.idle_exit:g}")
     if in_process:
         return None, False
-    from .config import ConfigError, client_target
+    from .addresses import ConfigError, address_without_config
 
     try:
-        address, _ = client_target(None, args.config)
+        address = address_without_config(args.config, os.environ)
+        if address is None:  # the configuration names it: read that (dataclasses, TOML: ~40 ms more)
+            from .config import client_target
+
+            address, _ = client_target(None, args.config)
     except ConfigError:  # a broken daemon configuration is the daemon's business, not a local proof's
         if args.keep_daemon:
             raise
@@ -107,6 +116,37 @@ def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
     return (address if os.path.exists(address[5:]) else None), started
 
 
+def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None, *, wait: bool = True) -> ProofResult:
+    """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>`` (or ``fullprove --daemon``, whose witness,
+    calculated here, comes as ``witness``); the zkey may also be a registered name. ``wait``: ride over a daemon
+    restart (saying so on stderr), else fail at once."""
+    if args.r1cs:
+        raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
+    with _prove_client(args, wait=wait) as client:  # a local daemon reads a witness file itself
+        result = client.prove(args.zkey, args.wtns if witness is None else witness, priority=args.priority,
+                              timeout=args.timeout)
+    result.write(args.proof, args.public)
+    return result
+
+
+def _prove_client(args: argparse.Namespace, *, wait: bool):
+    """The client of the daemon at ``args.daemon``: on a unix socket whose daemon serves its local HTTP socket,
+    ``LocalHttpClient`` (no grpc import, the largest part of a one-shot call on a small circuit), else the gRPC one."""
+    from .addresses import normalize_address
+
+    address = normalize_address(args.daemon)
+    if address.startswith("unix:"):
+        from .local_client import LocalHttpClient
+
+        local = LocalHttpClient(address, restart_grace=60.0 if wait else 0.0,
+                                on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
+        if local.available:
+            return local
+    from .server.commands import grpc_client
+
+    return grpc_client(args, wait=wait)
+
+
 KEEP_DAEMON_IDLE_S = 900.0  # how long a daemon that `cuzk prove --keep-daemon` started waits for the next proof
 
 
@@ -117,6 +157,7 @@ def _start_local_daemon(address: str, idle_s: float, config: str | None) -> None
     at the same moment take turns on a lock file beside the socket, so one starts it and the others find it."""
     import fcntl
     import subprocess
+    from pathlib import Path
 
     socket = Path(address[5:])
     socket.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -152,8 +193,6 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
         return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input)))
 
     if args.daemon:  # the witness is calculated here, with the .wasm given, and proved there
-        from .server.commands import prove_with_daemon
-
         w = witness()
         result = prove_with_daemon(args, wtns_bytes(w.curve, w.values))
         if args.verbose:
@@ -172,27 +211,22 @@ def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _collector_paused():
-    """No cyclic garbage collection while one proof is made here. Importing numba and loading its cached kernels
-    allocate hundreds of thousands of objects, and the collector's passes over them cost a one-shot prove ~0.2 s on
-    two cores; they free almost nothing (the peak RSS is the same within 1 MiB), and the proof's arrays are freed by
-    reference counting anyway."""
-    enabled = gc.isenabled()
+def _prove_in_process(args: argparse.Namespace, load_witness) -> int:
+    """Prove in this process (``prove`` reads a witness, ``fullprove`` calculates one) and write proof and public signals.
+
+    No cyclic garbage collection meanwhile: importing numba and loading its cached kernels allocate hundreds of
+    thousands of objects, and the collector's passes over them cost a one-shot prove ~0.2 s on two cores; they free
+    almost nothing (the peak RSS is the same within 1 MiB), and the proof's arrays are freed by reference counting."""
+    _use_jit_cache()
+    collecting = gc.isenabled()
     gc.disable()
     try:
-        yield
+        with Steps(args.progress) as steps:
+            steps.step("loading the key and the witness")
+            return _prove_locally(args, load_witness, steps)
     finally:
-        if enabled:
+        if collecting:
             gc.enable()
-
-
-def _prove_in_process(args: argparse.Namespace, load_witness) -> int:
-    """Prove in this process (``prove`` reads a witness, ``fullprove`` calculates one) and write proof and public signals."""
-    _use_jit_cache()
-    with _collector_paused(), Steps(args.progress) as steps:
-        steps.step("loading the key and the witness")
-        return _prove_locally(args, load_witness, steps)
 
 
 def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
@@ -269,6 +303,8 @@ def _cmd_export_vkey(args: argparse.Namespace) -> int:
 
 
 def _cmd_setup(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     if len(args.paths) > 2:
         raise ValueError(f"setup takes <circuit.r1cs> [<pot.ptau>] <out.zkey>, got {1 + len(args.paths)} paths")
     if len(args.paths) == 2 and args.ptau is not None:
@@ -315,6 +351,8 @@ def _setup(args: argparse.Namespace, ptau: str | None, zkey_path: str, vkey_path
 
 
 def _size(text: str) -> int:
+    import argparse
+
     from .memory.units import parse_size
 
     try:
@@ -325,6 +363,8 @@ def _size(text: str) -> int:
 
 def _count(text: str) -> int:
     """An integer, also written 2^k (constraint counts are usually powers of two)."""
+    import argparse
+
     base, _, exponent = text.partition("^")
     try:
         return int(base) ** int(exponent) if exponent else int(text)
@@ -333,6 +373,8 @@ def _count(text: str) -> int:
 
 
 def _cmd_circuit_synth(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from .circuits.synthetic import synthesize, write_synthetic
     from .curves import curve_by_name
     from .formats.json_io import write_public
@@ -347,39 +389,40 @@ def _cmd_circuit_synth(args: argparse.Namespace) -> int:
     return 0
 
 
-class _PrintVersion(argparse.Action):
-    """``--version``: the installed package's version, looked up only when asked (it costs a one-shot prove ~10 ms)."""
+PROGRESS_OPTION = arg("--quiet", "-q", "--no-progress", dest="progress", action="store_false",
+                      help="no live progress line (it is shown only on a terminal anyway)")
 
-    def __init__(self, option_strings, dest, **kwargs):
-        super().__init__(option_strings, dest, nargs=0, help="print cuzk's version and exit")
+# What `prove` and `fullprove` share: how to prove here, and the daemon to prove on instead.
+PROVING_OPTIONS = (
+    arg("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving"),
+    arg("--backend", default="auto", choices=["auto", "cpu", "cuda"]),
+    arg("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof"),
+    arg("--verbose", "-v", action="store_true", help="print the time of each phase"),
+    PROGRESS_OPTION,
+    *client_options(daemon_help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally"),
+    priority_option(help_text="with --daemon: the job's priority"),
+    arg("--timeout", type=float, help="with --daemon: seconds to wait for the proof"),
+)
 
-    def __call__(self, parser, namespace, values, option_string=None):
-        from . import __version__
-
-        print(f"cuzk {__version__}")
-        parser.exit()
-
-
-def _add_progress_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--quiet", "-q", "--no-progress", dest="progress", action="store_false",
-                   help="no live progress line (it is shown only on a terminal anyway)")
-
-
-def _add_proving_options(p: argparse.ArgumentParser) -> None:
-    """What `prove` and `fullprove` share: how to prove here, and the daemon to prove on instead."""
-    from .server.commands import add_daemon_prove_options
-
-    p.add_argument("--r1cs", help="the circuit's .r1cs: reject an unsatisfied witness before proving")
-    p.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip the self-check of the proof")
-    p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
-    _add_progress_option(p)
-    add_daemon_prove_options(p)
+PROVE_ARGUMENTS = (
+    arg("zkey"), arg("wtns"), arg("proof"), arg("public"),
+    *PROVING_OPTIONS,
+    arg("--local", action="store_true",
+        help="prove in this process even when a daemon runs on this machine (by default its unix socket, where `cuzk "
+             "status` looks, gets the proof when it exists and neither --backend, --r1cs nor --no-verify is given)"),
+    arg("--keep-daemon", action="store_true",
+        help="when no daemon runs on this machine, start one (`cuzk daemon --idle-exit`) that proves this and later "
+             "calls: for scripts that prove once per call"),
+    arg("--idle-exit", type=float, default=KEEP_DAEMON_IDLE_S, metavar="SECONDS",
+        help=f"the daemon --keep-daemon starts stops after this long without a proof (default {KEEP_DAEMON_IDLE_S:g})"),
+)
 
 
 def _add_external(module: str, adder: str):
     """The parser adder ``adder`` of ``module``, imported when the parser is built."""
     def add(sub: argparse._SubParsersAction) -> None:
+        from importlib import import_module
+
         getattr(import_module(module, __package__), adder)(sub)
 
     return add
@@ -387,20 +430,7 @@ def _add_external(module: str, adder: str):
 
 def _add_prove_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("prove", help="prove a witness: cuzk prove <zkey> <wtns> <proof.json> <public.json>")
-    p.add_argument("zkey")
-    p.add_argument("wtns")
-    p.add_argument("proof")
-    p.add_argument("public")
-    _add_proving_options(p)
-    p.add_argument("--local", action="store_true",
-                   help="prove in this process even when a daemon runs on this machine (by default its unix socket, "
-                        "where `cuzk status` looks, gets the proof when it exists and neither --backend, --r1cs nor "
-                        "--no-verify is given)")
-    p.add_argument("--keep-daemon", action="store_true",
-                   help="when no daemon runs on this machine, start one (`cuzk daemon --idle-exit`) that proves this "
-                        "and later calls: for scripts that prove once per call")
-    p.add_argument("--idle-exit", type=float, default=KEEP_DAEMON_IDLE_S, metavar="SECONDS",
-                   help=f"the daemon --keep-daemon starts stops after this long without a proof (default {KEEP_DAEMON_IDLE_S:g})")
+    add_arguments(p, PROVE_ARGUMENTS)
     p.set_defaults(func=_cmd_prove)
 
 
@@ -412,7 +442,7 @@ def _add_fullprove_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("zkey")
     p.add_argument("proof")
     p.add_argument("public")
-    _add_proving_options(p)
+    add_arguments(p, PROVING_OPTIONS)
     p.set_defaults(func=_cmd_fullprove)
 
 
@@ -464,7 +494,7 @@ def _add_setup_command(sub: argparse._SubParsersAction) -> None:
                    help="where the fixed-base points of a test-only key are computed (default: the GPU when there is one)")
     p.add_argument("--memory-budget", type=_size, help="cap the memory budget (e.g. 16GiB); the real limit still wins if lower")
     p.add_argument("--verbose", "-v", action="store_true", help="print the time of each phase")
-    _add_progress_option(p)
+    add_arguments(p, (PROGRESS_OPTION,))
     p.set_defaults(func=_cmd_setup)
 
 
@@ -500,8 +530,22 @@ COMMANDS = (
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `cuzk` parser: every command's, or only ``command``'s when it names one."""
+    import argparse
+
+    class PrintVersion(argparse.Action):
+        """``--version``: the installed package's version, looked up only when asked (~10 ms of a one-shot prove)."""
+
+        def __init__(self, option_strings, dest, **kwargs):
+            super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print cuzk's version and exit")
+
+        def __call__(self, parser, namespace, values, option_string=None):
+            from . import __version__
+
+            print(f"cuzk {__version__}")
+            parser.exit()
+
     parser = argparse.ArgumentParser(prog="cuzk", description="Groth16 prover for circom/snarkjs circuits (BN254, BLS12-381)")
-    parser.add_argument("--version", action=_PrintVersion)
+    parser.add_argument("--version", action=PrintVersion)
     sub = parser.add_subparsers(dest="command", required=True)
     adders = [add for names, add in COMMANDS if command in names] or [add for _, add in COMMANDS]
     for add in adders:
@@ -516,20 +560,34 @@ WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", 
 
 def _use_jit_cache() -> None:
     """numba's cache under the data directory ($CUZK_DATA_DIR, else the default one), before numba is imported."""
-    from .config import ENV_PREFIX, default_data_dir
+    from .addresses import ENV_PREFIX, default_data_dir
     from .jit_cache import use_cache_dir
 
     use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
 
 
+def _plain_prove(argv: list[str]):
+    """The arguments of a ``cuzk prove`` command line in the plain forms ``cli_args.parse_plain`` reads, as the
+    parser's namespace, without building the parser (argparse's imports and parsers cost a one-shot call on a local
+    daemon ~15 ms); None for any other command line, which the parser reads."""
+    values = parse_plain(argv[1:], PROVE_ARGUMENTS) if argv[:1] == ["prove"] else None
+    if values is None:
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(command="prove", func=_cmd_prove, **values)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+    args = _plain_prove(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
     if args.command not in WITHOUT_JIT:
         _use_jit_cache()
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does
+        import signal
+
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush into the closed pipe
         return 128 + signal.SIGPIPE
     except (ValueError, OSError) as exc:

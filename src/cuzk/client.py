@@ -29,6 +29,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -41,21 +42,37 @@ from .client_base import (
     DaemonUnavailable,
     JobCancelled,
     JobFailed,
-    JobInfo,
     ProofResult,
     RequestTooLarge,
     Unanswered,
     Witness,
     is_key_path,
 )
-from .config import normalize_address
+from .addresses import absolute_path, normalize_address
 from .engine.jobs import JobState, Priority
 from .proto import priority_from_pb, priority_to_pb, state_from_pb, state_to_pb
 from .proto import cuzk_pb2 as pb
 from .proto import cuzk_pb2_grpc as pb_grpc
 
 __all__ = ["Client", "key_ref", "AwaitTimeout", "DaemonError", "DaemonUnavailable", "JobCancelled", "JobFailed", "JobInfo",
-           "ProofResult", "RequestTooLarge"]  # the errors and results: client_base's, named here too
+           "ProofResult", "RequestTooLarge"]  # the errors and the proof's result: client_base's, named here too
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as ``list_jobs`` reports it (gRPC only)."""
+
+    job_id: str
+    circuit: str
+    priority: str
+    state: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: str
+    request_id: str
+    attempts: int
+
 
 # Responses are small (a proof, a status document); requests carry the witness.
 MAX_RESPONSE_BYTES = 64 << 20
@@ -66,7 +83,7 @@ T = TypeVar("T")
 def key_ref(key: str | os.PathLike) -> pb.KeyRef:
     """A path (``is_key_path``) or else a registered name."""
     text = os.fspath(key)
-    return pb.KeyRef(path=str(Path(text).absolute())) if is_key_path(key) else pb.KeyRef(name=text)
+    return pb.KeyRef(path=absolute_path(text)) if is_key_path(key) else pb.KeyRef(name=text)
 
 
 def _state_name(value: int) -> str:

@@ -38,17 +38,19 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .addresses import (  # noqa: F401 (ConfigError, default_data_dir: the configuration's names, kept here too)
+    ENV_PREFIX,
+    MAX_UNIX_PATH,
+    SOCKET_NAME,
+    ConfigError,
+    data_dir_setting,
+    default_config_file,
+    default_data_dir,
+    normalize_address,
+)
 from .memory.units import parse_size
 
-ENV_PREFIX = "CUZK_"
-SOCKET_NAME = "cuzk.sock"
 DEFAULT_HTTP = "127.0.0.1:9750"
-# Unix socket paths live in a fixed 108-byte field (sun_path), terminating NUL included.
-MAX_UNIX_PATH = 107
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the setting and where it came from."""
 
 
 @dataclass
@@ -72,7 +74,7 @@ class SupervisorPolicy:
 
 @dataclass
 class DaemonConfig:
-    data_dir: Path = field(default_factory=lambda: default_data_dir())
+    data_dir: Path = field(default_factory=lambda: Path(default_data_dir()))
     listen: list[str] = field(default_factory=list)  # empty: unix:<data_dir>/cuzk.sock
     token: str | None = None
     tls_cert: str | None = None  # PEM certificate chain for the TCP listeners (with tls_key); unix sockets stay plain
@@ -138,34 +140,6 @@ class DaemonConfig:
         return cls(**data)
 
 
-def default_data_dir(env: dict[str, str] | None = None) -> Path:
-    base = (os.environ if env is None else env).get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "cuzk"
-
-
-def default_config_file(env: dict[str, str]) -> Path | None:
-    if env.get(ENV_PREFIX + "CONFIG"):
-        return Path(env[ENV_PREFIX + "CONFIG"])
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    candidate = Path(base) / "cuzk" / "cuzk.toml"
-    return candidate if candidate.is_file() else None
-
-
-def normalize_address(address: str) -> str:
-    """``unix:PATH``, an absolute/relative socket path, or ``host:port`` → the form gRPC takes."""
-    address = address.strip()
-    if address.startswith("unix://"):
-        return "unix:" + str(Path(address[7:]).absolute())
-    if address.startswith("unix:"):
-        return "unix:" + str(Path(address[5:]).absolute())
-    if "/" in address or address.endswith(".sock"):
-        return "unix:" + str(Path(address).absolute())
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ConfigError(f"address {address!r} is neither unix:PATH nor HOST:PORT")
-    return address
-
-
 def _read_token_file(path: str, source: str) -> str:
     try:
         return Path(path).read_text().strip()
@@ -187,7 +161,7 @@ def _apply(cfg: DaemonConfig, values: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{where}: unknown setting (known: {', '.join(sorted(_SIMPLE | _TABLES))})")
         try:
             if key == "data_dir":
-                cfg.data_dir = Path(str(value)).expanduser().absolute()
+                cfg.data_dir = Path(data_dir_setting(str(value)))
             elif key == "listen":
                 items = [value] if isinstance(value, str) else list(value)
                 cfg.listen = [normalize_address(str(a)) for a in items if str(a).strip()]
@@ -251,9 +225,10 @@ def load_config(
 ) -> DaemonConfig:
     """Defaults ← TOML file ← ``CUZK_*`` environment ← ``overrides`` (flags; None values are skipped)."""
     env = dict(os.environ if env is None else env)
-    cfg = DaemonConfig(data_dir=default_data_dir(env))
-    path = Path(config_file) if config_file else default_config_file(env)
-    if path is not None:
+    cfg = DaemonConfig(data_dir=Path(default_data_dir(env)))
+    file = config_file or default_config_file(env)
+    if file:
+        path = Path(file)
         import tomllib  # only here: a client without a config file (a one-shot prove) is spared ~5 ms of imports
 
         try:

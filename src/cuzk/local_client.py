@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlencode
 
+from .addresses import absolute_path
 from .client_base import (
     AwaitTimeout,
     ClientBase,
@@ -47,7 +46,7 @@ SLACK_S = 5.0  # the socket's timeout exceeds the daemon's wait, so that its cle
 
 def local_http_socket(grpc_socket: str | os.PathLike) -> str:
     """The local HTTP socket of the daemon whose unix gRPC socket is ``grpc_socket`` (``cuzk.sock`` → ``cuzk.http.sock``)."""
-    return str(Path(grpc_socket).with_suffix(".http.sock"))
+    return os.path.splitext(grpc_socket)[0] + ".http.sock"
 
 
 def _exchange(path: str, request_head: bytes, body: bytes, timeout: float | None) -> tuple[int, dict[str, str], bytes]:
@@ -108,10 +107,10 @@ class LocalHttpClient(ClientBase):
               timeout: float | None = None) -> ProofResult:
         """Submit and wait in one request, as ``Client.prove``; retried across a daemon restart, never proving twice."""
         request_id = request_id or f"prove-{os.urandom(16).hex()}"  # as Client.prove's (uuid's import costs ~2 ms)
-        key_text = str(Path(key).absolute()) if is_key_path(key) else os.fspath(key)
+        key_text = absolute_path(key) if is_key_path(key) else os.fspath(key)
         url = PROVE_PATH + quote(key_text, safe="")
 
-        def send(fields: dict[str, Any]) -> ProofResult:
+        def send(fields: dict) -> ProofResult:
             if "witness" in fields:
                 body, content_type, options = fields["witness"], "application/octet-stream", {"priority": priority,
                                                                                                "request_id": request_id}

@@ -1,5 +1,6 @@
 """The daemon's command-line verbs: ``cuzk daemon``, ``submit``, ``await``, ``status``, ``cancel``, ``keys``, ``jobs``, ``top``,
-and ``cuzk prove --daemon ADDR`` (the local prove's arguments, so a script switches with one flag).
+the clients' options (``cli_args``), and the gRPC client they use (``cuzk prove`` on a daemon without its local HTTP
+socket too).
 
 Clients find the daemon from ``--daemon ADDR``, else ``$CUZK_DAEMON``, else the first listen
 address of the configuration (``--config``, ``$CUZK_CONFIG``, ``~/.config/cuzk/cuzk.toml``,
@@ -15,13 +16,11 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..engine.jobs import JobState, Priority
+from ..cli_args import add_arguments, client_options, priority_option
+from ..engine.jobs import JobState
 from ..memory.units import format_size
-
-if TYPE_CHECKING:
-    from ..client import ProofResult
 
 
 # -- the daemon ---------------------------------------------------------------------------------
@@ -103,8 +102,9 @@ def _stop_when_idle(address: str, token: str | None, idle_s: float, stop, stoppe
 
 # -- clients ------------------------------------------------------------------------------------
 
-def _client(args: argparse.Namespace, *, wait: bool = True):
-    """``wait``: ride over a daemon restart (up to the client's grace, saying so on stderr), else fail at once."""
+def grpc_client(args: argparse.Namespace, *, wait: bool = True):
+    """The gRPC client of the daemon the command's options name. ``wait``: ride over a daemon restart (up to the
+    client's grace, saying so on stderr), else fail at once."""
     from ..client import Client
     from ..config import client_target
 
@@ -114,51 +114,16 @@ def _client(args: argparse.Namespace, *, wait: bool = True):
                   on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
 
 
-def _prove_client(args: argparse.Namespace, *, wait: bool):
-    """The client ``cuzk prove --daemon`` proves with: on a unix socket whose daemon serves its local HTTP socket,
-    ``LocalHttpClient`` (no grpc import, the largest part of a one-shot call on a small circuit), else ``_client``'s."""
-    from ..config import client_target
-
-    address, _ = client_target(args.daemon, args.config)
-    if address.startswith("unix:"):
-        from ..local_client import LocalHttpClient
-
-        local = LocalHttpClient(address, restart_grace=60.0 if wait else 0.0,
-                                on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
-        if local.available:
-            return local
-    return _client(args, wait=wait)
+def _add_client_options(p: argparse.ArgumentParser) -> None:
+    add_arguments(p, client_options())
 
 
-def _add_client_options(p: argparse.ArgumentParser,
-                        daemon_help: str = "daemon address: unix:PATH, a socket path, or HOST:PORT "
-                                           "(default: $CUZK_DAEMON, else the config)") -> None:
-    p.add_argument("--daemon", metavar="ADDR", help=daemon_help)
-    p.add_argument("--token", help="bearer token for a TCP address (default: $CUZK_TOKEN, else the config)")
-    p.add_argument("--tls-ca", metavar="PEM", help="connect to a TCP address over TLS, trusting these CA certificates "
-                                                   "(the daemon's own certificate when self-signed; default: $CUZK_TLS_CA)")
-    p.add_argument("--config", help="config file (default: $CUZK_CONFIG, else ~/.config/cuzk/cuzk.toml)")
-
-
-def _add_priority_option(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
-    p.add_argument("--priority", default=Priority.NORMAL.name.lower(), choices=[level.name.lower() for level in Priority],
-                   type=str.lower, help=help_text)
-
-
-def prove_with_daemon(args: argparse.Namespace, witness: bytes | None = None, *, wait: bool = True) -> ProofResult:
-    """``cuzk prove --daemon ADDR <zkey> <wtns> <proof.json> <public.json>`` (or ``fullprove --daemon``, whose witness,
-    calculated here, comes as ``witness``); the zkey may also be a registered name."""
-    if args.r1cs:
-        raise ValueError("--r1cs applies to local proving; give the daemon the key's r1cs in its config ([engine.r1cs])")
-    with _prove_client(args, wait=wait) as client:  # a local daemon reads a witness file itself
-        result = client.prove(args.zkey, Path(args.wtns) if witness is None else witness, priority=args.priority,
-                              timeout=args.timeout)
-    result.write(args.proof, args.public)
-    return result
+def _add_priority_option(p: argparse.ArgumentParser) -> None:
+    add_arguments(p, (priority_option(),))
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with grpc_client(args) as client:
         job_id, deduplicated = client.submit(args.key, Path(args.wtns), priority=args.priority, request_id=args.request_id)
     print(job_id)
     if deduplicated:
@@ -170,14 +135,14 @@ def _cmd_await(args: argparse.Namespace) -> int:
     from ..cli import check_outputs
 
     check_outputs(args.proof, args.public)
-    with _client(args) as client:
+    with grpc_client(args) as client:
         result = client.await_proof(args.job_id, args.timeout)
     result.write(args.proof, args.public)
     return 0
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with grpc_client(args) as client:
         cancelled, state = client.cancel(args.job_id)
     print(f"{args.job_id}: {'cancelling' if cancelled and state not in ('CANCELLED',) else state.lower()}"
           + ("" if cancelled else " (already finished; nothing to cancel)"))
@@ -188,7 +153,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
     if args.action in ("preload", "evict") and not args.key:
         print(f"error: cuzk keys {args.action} needs a key: a registered name or a .zkey path", file=sys.stderr)
         return 2
-    with _client(args) as client:
+    with grpc_client(args) as client:
         if args.action == "preload":
             entry = client.preload(args.key)
             print(f"{entry['name']}: {entry['tier']} ({format_size(entry['reserved_bytes'])})")
@@ -207,7 +172,7 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 
 
 def _cmd_jobs(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with grpc_client(args) as client:
         jobs = client.list_jobs(states=args.state, limit=args.limit)
     if args.json:
         from dataclasses import asdict
@@ -220,7 +185,7 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with grpc_client(args) as client:
         status = client.status()
     if args.json:
         print(json.dumps(status, indent=1))
@@ -236,7 +201,7 @@ def _cmd_top(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     console = Console()
-    with _client(args) as client:
+    with grpc_client(args) as client:
         def frame():
             return Group(*render_status(client.status(), client.list_jobs(limit=args.jobs)))
 
@@ -408,10 +373,3 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     _add_client_options(p)
     p.set_defaults(func=_cmd_top)
-
-
-def add_daemon_prove_options(p: argparse.ArgumentParser) -> None:
-    """The options ``cuzk prove`` gains for proving on a daemon."""
-    _add_client_options(p, daemon_help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally")
-    _add_priority_option(p, help_text="with --daemon: the job's priority")
-    p.add_argument("--timeout", type=float, help="with --daemon: seconds to wait for the proof")

@@ -33,6 +33,7 @@ scalars, skips this plan: Straus's method or a Pippenger with Jacobian buckets
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -445,6 +446,7 @@ def _jacobian_window(n_points: int, nbits: int) -> int:
     return min(range(1, 13), key=cost)
 
 
+@functools.cache  # a pure function of two small ints, asked ~400 times a proof by the plans and the sizing (~5 ms)
 def _windows_needed(max_bits: int, c: int) -> int:
     """Fewest windows W with (2^max_bits − 1) + H < 2^(Wc), H the signed-digit offset."""
     w = max(1, -(-max_bits // c))
