@@ -474,8 +474,10 @@ def test_threads_launch_parallel_kernels_safely_on_numbas_workqueue_layer(circui
     assert run.stdout.split() == ["workqueue"] + ["done"] * 6
 
 
-def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, circuits, tmp_path):
-    engine = make_engine(start=False)
+@pytest.mark.parametrize("journal_fsync", [True, False])
+def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, circuits, tmp_path, journal_fsync):
+    engine = make_engine(start=False, journal_fsync=journal_fsync)
+    assert engine.journal.fsync is journal_fsync
     w = circuits["small"].witness
     job_id = engine.submit("small", w)
     with pytest.raises(DataDirLocked):
@@ -485,7 +487,7 @@ def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine
         engine.await_result(job_id, timeout=1)
     with pytest.raises(EngineStopped):
         engine.submit("small", w)
-    again = make_engine(keys=())  # the key comes back from the journal
+    again = make_engine(keys=(), journal_fsync=journal_fsync)  # the key comes back from the journal
     assert again.await_result(job_id, timeout=SLOW).state is JobState.DONE
 
 
@@ -733,6 +735,9 @@ def test_engine_config_from_the_daemon_table(tmp_path):
     for bad in ("yes", 1, None):
         with pytest.raises(ValueError, match="cpu_msm_tables"):
             EngineConfig(data_dir=tmp_path, cpu_msm_tables=bad)
+    assert EngineConfig.from_mapping(tmp_path, {"journal_fsync": False}).journal_fsync is False
+    with pytest.raises(ValueError, match="journal_fsync must be true or false"):
+        EngineConfig(data_dir=tmp_path, journal_fsync="no")
 
 
 def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, tmp_path):

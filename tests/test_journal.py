@@ -28,13 +28,14 @@ def test_submit_returns_a_durable_queued_job(tmp_path):
     assert again.get(rec.job_id) == rec
 
 
-def test_submit_survives_sigkill_right_after_return(tmp_path):
-    """A child submits, prints the id, and is SIGKILLed at once; the job must be on disk."""
+@pytest.mark.parametrize("fsync", [True, False])
+def test_submit_survives_sigkill_right_after_return(tmp_path, fsync):
+    """A child submits, prints the id, and is SIGKILLed at once; the job must be there, waited for by the disk or not."""
     code = textwrap.dedent(f"""
         import sys, time
         from cuzk.engine.journal import Journal
         from cuzk.engine.jobs import Priority
-        j = Journal({str(tmp_path)!r})
+        j = Journal({str(tmp_path)!r}, fsync={fsync})
         rec, _ = j.submit("toy", Priority.NORMAL, b"w" * 1000, request_id="killed")
         print(rec.job_id, flush=True)
         time.sleep(60)
@@ -47,6 +48,23 @@ def test_submit_survives_sigkill_right_after_return(tmp_path):
     replay = j.requeue_unfinished()
     assert [r.job_id for r in replay] == [job_id]
     assert j.witness_path(job_id).read_bytes() == b"w" * 1000
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+def test_journal_fsync_decides_whether_submits_and_commits_wait_for_the_disk(tmp_path, monkeypatch, fsync):
+    import cuzk.engine.journal as journal_module
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd))[1])
+    j = Journal(tmp_path, fsync=fsync)
+    assert j._db.execute("PRAGMA synchronous").fetchone()[0] == (2 if fsync else 1)  # FULL / NORMAL
+    rec, _ = j.submit("c", Priority.NORMAL, b"w" * 100)
+    j.mark_started(rec.job_id)
+    assert j._db.execute("PRAGMA synchronous").fetchone()[0] == (2 if fsync else 1)  # restored after the start mark
+    j.finish(rec.job_id, JobState.DONE, proof={"pi_a": ["1"]}, public_signals=["7"])
+    assert len(synced) == (2 if fsync else 0)  # the witness file and its directory
+    assert Journal(tmp_path).get(rec.job_id).state is JobState.DONE
 
 
 def test_replay_requeues_started_jobs_in_submission_order(tmp_path):

@@ -2,7 +2,9 @@
 
 Why it exists: a proof request must survive the daemon dying (an OOM kill included), so
 ``submit`` writes the job to disk — witness file fsync'd, row committed with
-``synchronous=FULL`` — before it returns an id. After a restart ``unfinished()`` lists what
+``synchronous=FULL`` — before it returns an id. With ``fsync=False`` (``[engine] journal_fsync``) the
+witness and the rows are written but not waited for: a job still survives the daemon's death (the
+kernel holds what was written), not the machine's, and a short job's witness never reaches the disk. After a restart ``unfinished()`` lists what
 to run again, in the original order. Results are plain rows, pruned by age and by total
 size (``prune``) so the journal never grows without bound.
 
@@ -158,7 +160,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 class Journal:
-    def __init__(self, data_dir: str | os.PathLike, *, result_ttl_s: float = 24 * 3600, result_max_bytes: int = 64 << 20):
+    def __init__(self, data_dir: str | os.PathLike, *, result_ttl_s: float = 24 * 3600, result_max_bytes: int = 64 << 20,
+                 fsync: bool = True):
         if result_ttl_s <= 0 or result_max_bytes <= 0:
             raise ValueError("result_ttl_s and result_max_bytes must be positive (results are never kept forever)")
         self.data_dir = Path(data_dir)
@@ -166,12 +169,14 @@ class Journal:
         self.witness_dir.mkdir(parents=True, exist_ok=True)
         self.result_ttl_s = result_ttl_s
         self.result_max_bytes = result_max_bytes
+        self.fsync = fsync
+        self._synchronous = "FULL" if fsync else "NORMAL"  # NORMAL in WAL mode: a commit survives the process, not power loss
         self._lock = threading.RLock()
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished jobs' witnesses (``_delete_witnesses``)
         self._db = sqlite3.connect(self.data_dir / "journal.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file; lets prune give space back
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # a committed submit survives power loss, not only a crash
+        self._db.execute(f"PRAGMA synchronous={self._synchronous}")  # FULL: a committed submit survives power loss too
         self._db.executescript(SCHEMA)
         if "wasm" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:  # a journal from before .wasm keys
             self._db.execute("ALTER TABLE keys ADD COLUMN wasm TEXT")
@@ -269,9 +274,11 @@ class Journal:
             else:
                 f.write(witness)
                 f.flush()
-            os.fsync(f.fileno())
+            if self.fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        if self.fsync:
+            _fsync_dir(path.parent)
 
     def _remove_orphan_witnesses(self) -> None:
         """Witness files whose job row never committed (died between the two writes), or already ended."""
@@ -300,7 +307,7 @@ class Journal:
                     (JobState.SYNTHESIZING.value, time.time(), job_id),
                 )
             finally:
-                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute(f"PRAGMA synchronous={self._synchronous}")
             return self._db.execute("SELECT attempts FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
 
     def set_state(self, job_id: str, state: JobState) -> None:
