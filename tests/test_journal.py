@@ -67,6 +67,22 @@ def test_journal_fsync_decides_whether_submits_and_commits_wait_for_the_disk(tmp
     assert Journal(tmp_path).get(rec.job_id).state is JobState.DONE
 
 
+def test_replay_fails_a_job_whose_witness_was_lost_with_the_machine(tmp_path):
+    """With journal_fsync = false a machine's crash can leave a job's row without all of its witness: replay fails that
+    job, naming the file, instead of proving from a cut-short witness (or calling it the client's bad input)."""
+    j = Journal(tmp_path, fsync=False)
+    kept, cut, gone = (j.submit("c", Priority.NORMAL, b"w" * 64)[0].job_id for _ in range(3))
+    j.close()
+    os.truncate(j.witness_path(cut), 10)
+    j.witness_path(gone).unlink()
+    again = Journal(tmp_path)
+    assert [r.job_id for r in again.requeue_unfinished()] == [kept]
+    assert again.get(kept).state is JobState.QUEUED
+    for job_id, what in ((cut, "10 of 64 bytes"), (gone, "missing")):
+        record = again.get(job_id)
+        assert record.state is JobState.FAILED and "witness is lost" in record.error and what in record.error
+
+
 def test_replay_requeues_started_jobs_in_submission_order(tmp_path):
     j = Journal(tmp_path)
     ids = [j.submit("c", p, bytes([i]))[0].job_id for i, p in enumerate([Priority.LOW, Priority.CRITICAL, Priority.NORMAL])]

@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     priority       INTEGER NOT NULL,
     state          TEXT NOT NULL,
     witness_sha256 TEXT NOT NULL,
+    witness_bytes  INTEGER,
     submitted_at   REAL NOT NULL,
     started_at     REAL,
     finished_at    REAL,
@@ -180,6 +181,8 @@ class Journal:
         self._db.executescript(SCHEMA)
         if "wasm" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:  # a journal from before .wasm keys
             self._db.execute("ALTER TABLE keys ADD COLUMN wasm TEXT")
+        if "witness_bytes" not in {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}:  # before session 9
+            self._db.execute("ALTER TABLE jobs ADD COLUMN witness_bytes INTEGER")
         self._remove_orphan_witnesses()
         # Kept up to date by finish and prune: a SUM over every retained result at each finish grew with them
         # (5 ms a finish with 5,000 retained, 30 ms with 20,000), and the cap allows tens of thousands.
@@ -242,9 +245,9 @@ class Journal:
                         path.unlink(missing_ok=True)
                         return existing, False
                 self._db.execute(
-                    "INSERT INTO jobs (job_id, request_id, circuit, priority, state, witness_sha256, submitted_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest, time.time()),
+                    "INSERT INTO jobs (job_id, request_id, circuit, priority, state, witness_sha256, witness_bytes, submitted_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest, path.stat().st_size, time.time()),
                 )
                 return self._get(job_id), True
         except BaseException:
@@ -371,11 +374,25 @@ class Journal:
         return records
 
     def requeue_unfinished(self) -> list[JobRecord]:
-        """After a restart: every unfinished job goes back to QUEUED; returned in submission order."""
+        """After a restart: every unfinished job goes back to QUEUED; returned in submission order. A job whose witness
+        file is gone or shorter than what was written fails, naming that, instead (the machine stopped before the file
+        reached the disk, which ``fsync=False`` allows, or the data directory was changed by hand)."""
         with self._lock:
             marks = ",".join("?" * len(UNFINISHED_STATES))
             self._db.execute(f"UPDATE jobs SET state = ? WHERE state IN ({marks})",
                              [JobState.QUEUED.value, *[s.value for s in UNFINISHED_STATES]])
+            lost = []
+            for job_id, written in self._db.execute("SELECT job_id, witness_bytes FROM jobs WHERE state = ?",
+                                                    (JobState.QUEUED.value,)).fetchall():
+                path = self.witness_path(job_id)
+                found = path.stat().st_size if path.exists() else None
+                if found is None or (written is not None and found != written):
+                    lost.append((job_id, JobState.FAILED, {"error": (
+                        f"the journal's copy of this job's witness is lost ({path}: "
+                        f"{'missing' if found is None else f'{found} of {written} bytes'}): the machine stopped before it "
+                        f"reached the disk (journal_fsync = false), or the data directory was changed")}))
+            if lost:
+                self.finish_many(lost)
             return self._select("WHERE state = ? ORDER BY seq", (JobState.QUEUED.value,))
 
     # ---- pruning ----------------------------------------------------------------------
