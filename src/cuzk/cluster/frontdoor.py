@@ -72,7 +72,7 @@ class ClusterEngine(TrackedJobs):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._dir_lock = DataDirLock(self.data_dir)
         self._dir_lock.acquire()
-        self.journal = Journal(self.data_dir, result_ttl_s=self.config.result_ttl_s, result_max_bytes=self.config.result_max_bytes)
+        self.journal = Journal.of(self.config)
         self.tracker = JobTracker(self.journal)
         self.refresh_s = refresh_s
         self._changed = threading.Condition()  # a host's view changed: a waiting job may fit now

@@ -139,8 +139,7 @@ class Engine(TrackedJobs):
                                                   on_accounted=reconciler.accounted if reconciler is not None else None)
             self.budget = budget
             self.reconciler = reconciler
-            self.journal = Journal(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes,
-                                   fsync=config.journal_fsync)
+            self.journal = Journal.of(config)
             if process_backend is not None and not (config.device_processes and isinstance(config.devices, list)):
                 raise ValueError("process_backend needs device_processes = true and devices listed by ordinal")
             ordinals = (None if not config.device_processes else

@@ -35,9 +35,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
+
+if TYPE_CHECKING:
+    from .config import EngineConfig
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -188,6 +191,12 @@ class Journal:
         # (5 ms a finish with 5,000 retained, 30 ms with 20,000), and the cap allows tens of thousands.
         self._retained_bytes = self._db.execute(
             "SELECT COALESCE(SUM(result_bytes), 0) FROM jobs WHERE finished_at IS NOT NULL").fetchone()[0]
+
+    @classmethod
+    def of(cls, config: EngineConfig) -> Journal:
+        """The journal of an engine (or a cluster's front door) with these settings, in its data directory."""
+        return cls(config.data_dir, result_ttl_s=config.result_ttl_s, result_max_bytes=config.result_max_bytes,
+                   fsync=config.journal_fsync)
 
     def close(self) -> None:
         """Close the database, once the finished jobs' witnesses are deleted."""
