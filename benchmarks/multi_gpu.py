@@ -133,7 +133,7 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
         finally:
             lane.close()
 
-    busy = GpuBusy(0) if timeline else None
+    busy = gpu_busy(0) if timeline else None
     t = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(gpus) for _ in range(lanes)]
     for th in threads:
@@ -145,7 +145,7 @@ def devices_only(zkey_path: Path, wtns_path: Path, gpus: int, proofs: int, lanes
     for b, k in zip(backends, keys):
         b.free_key(k)
     return {"gpus": gpus, "lanes": lanes, "proofs": proofs, "seconds": round(seconds, 3), "proofs_per_s": proofs / seconds,
-            "per_device": done, "device_synthesis": device_synthesis, **({"timeline": {**recorder.summary(t, stop), "gpu0_busy": busy.fraction()}} if timeline else {})}
+            "per_device": done, "device_synthesis": device_synthesis, **({"timeline": {**recorder.summary(t, stop), "gpu0_busy": _fraction(busy.read().utilization_percent)}} if timeline else {})}
 
 
 class LaneTimeline:
@@ -195,25 +195,19 @@ class LaneTimeline:
                 "host_ms_per_proof": round(1e3 * (proof_s - wait_s) / max(1, len(proofs)), 2)}
 
 
-class GpuBusy:
-    """The fraction of the time since it was made in which a kernel ran on GPU ``index`` (NVML's utilization
-    samples, as ``cuzk bench`` reads them)."""
+def _fraction(percent: float | None) -> float | None:
+    return None if percent is None else round(percent / 100, 3)
 
-    def __init__(self, index: int):
-        import pynvml
 
-        pynvml.nvmlInit()
-        self._nvml, self._handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
-        self._since = time.time_ns() // 1000
+def gpu_busy(index: int):
+    """NVML's utilization reader of GPU ``index`` as ``cuzk bench`` samples it, from now on: its reading
+    at the end of the run is the mean of the periods that ended meanwhile, in percent."""
+    import pynvml
 
-    def fraction(self) -> float | None:
-        nvml = self._nvml
-        try:
-            _, samples = nvml.nvmlDeviceGetSamples(self._handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._since)
-        except nvml.NVMLError:
-            return None
-        fresh = [s.sampleValue.uiVal for s in samples if s.timeStamp > self._since]
-        return round(sum(fresh) / len(fresh) / 100, 3) if fresh else None
+    from cuzk.bench.gpu import _DeviceReader
+
+    pynvml.nvmlInit()
+    return _DeviceReader(pynvml, pynvml.nvmlDeviceGetHandleByIndex(index))
 
 
 SUBMITTERS = 8  # client threads submitting at once in the engine run

@@ -136,10 +136,10 @@ def _prove_client(args: argparse.Namespace, *, wait: bool):
 
     address = normalize_address(args.daemon)
     if address.startswith("unix:"):
+        from .client_base import wait_options
         from .local_client import LocalHttpClient
 
-        local = LocalHttpClient(address, restart_grace=60.0 if wait else 0.0,
-                                on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
+        local = LocalHttpClient(address, **wait_options(wait))
         if local.available:
             return local
     from .server.commands import grpc_client

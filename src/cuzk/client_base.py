@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import sys
 import time
 
 from .addresses import absolute_path
@@ -106,6 +108,14 @@ def is_key_path(key: str | os.PathLike) -> bool:
     return isinstance(key, os.PathLike) or "/" in text or text.endswith(".zkey") or os.path.isfile(text)
 
 
+def wait_options(wait: bool) -> dict:
+    """A command-line client's ``restart_grace`` and ``on_wait``: with ``wait``, a minute's patience with a daemon that
+    does not answer (its supervisor restarting it), saying so on stderr; else none."""
+    if not wait:
+        return {"restart_grace": 0.0, "on_wait": None}
+    return {"restart_grace": 60.0, "on_wait": lambda message: print(message, file=sys.stderr, flush=True)}
+
+
 class ClientBase:
     """A client's transport-neutral half. ``address``: ``unix:PATH`` or ``HOST:PORT`` (already normalised).
 
@@ -174,10 +184,13 @@ class ClientBase:
         if isinstance(witness, (bytes, bytearray, memoryview)):
             return send({"witness": bytes(witness)})
         path = absolute_path(witness)
-        if not os.path.isfile(path):
+        try:
+            st = os.stat(path)  # the daemon proves this very file, or refuses (another file at the path on its side)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
             raise FileNotFoundError(f"no witness file {path}")
         if self.sends_witness_paths:
-            st = os.stat(path)  # the daemon proves this very file, or refuses (another file at the path on its side)
             try:
                 return send({"witness_path": path,
                              "witness_identity": (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)})

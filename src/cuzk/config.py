@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .addresses import (  # noqa: F401 (ConfigError, default_data_dir: the configuration's names, kept here too)
+from .addresses import (
     ENV_PREFIX,
     MAX_UNIX_PATH,
     SOCKET_NAME,

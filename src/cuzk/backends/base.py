@@ -183,6 +183,18 @@ def is_device_error_on(backend, exc: BaseException) -> bool:
     return is_device_backend(backend) and backend.is_device_error(exc)
 
 
+def msm_each(msms, msm: Callable[[str, np.ndarray, np.ndarray], Point],
+             checkpoint: Callable[[], None] | None = None) -> list[Point]:
+    """``msm_many`` one MSM at a time: ``msm(group, bases, scalars)`` for each of ``msms``, ``checkpoint()`` (which may
+    raise to stop the rest) between them."""
+    sums = []
+    for i, (group, bases, scalars) in enumerate(msms):
+        if i and checkpoint is not None:
+            checkpoint()
+        sums.append(msm(group, bases, scalars))
+    return sums
+
+
 def point_rows(curve: Curve, group: str, points: list[Point]) -> np.ndarray:
     """Reference points (``curves.ec``) as MSM bases in the layout above (``group`` "g1" or "g2"; ``None`` → all zero)."""
     encode, coords = (g1_to_bytes, (2,)) if group == "g1" else (g2_to_bytes, (2, 2))

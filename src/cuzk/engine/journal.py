@@ -174,13 +174,13 @@ class Journal:
         self.result_ttl_s = result_ttl_s
         self.result_max_bytes = result_max_bytes
         self.fsync = fsync
-        self._synchronous = "FULL" if fsync else "NORMAL"  # NORMAL in WAL mode: a commit survives the process, not power loss
         self._lock = threading.RLock()
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished jobs' witnesses (``_delete_witnesses``)
         self._db = sqlite3.connect(self.data_dir / "journal.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file; lets prune give space back
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={self._synchronous}")  # FULL: a committed submit survives power loss too
+        # FULL: a committed submit survives power loss too; NORMAL (in WAL mode): the process's death, not power loss
+        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
         self._db.executescript(SCHEMA)
         if "wasm" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:  # a journal from before .wasm keys
             self._db.execute("ALTER TABLE keys ADD COLUMN wasm TEXT")
@@ -256,7 +256,8 @@ class Journal:
                 self._db.execute(
                     "INSERT INTO jobs (job_id, request_id, circuit, priority, state, witness_sha256, witness_bytes, submitted_at) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest, path.stat().st_size, time.time()),
+                    (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest,
+                     witness.nbytes if isinstance(witness, WitnessFile) else len(witness), time.time()),
                 )
                 return self._get(job_id), True
         except BaseException:
@@ -312,14 +313,16 @@ class Journal:
         either way. Under witnesses being written, an fsync'd commit waits for their data (ext4's ordered journal):
         tens of ms each, behind the one lock every commit takes (GPU_NOTES, session 9)."""
         with self._lock:
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            if self.fsync:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 self._db.execute(
                     "UPDATE jobs SET state = ?, started_at = ?, attempts = attempts + 1 WHERE job_id = ?",
                     (JobState.SYNTHESIZING.value, time.time(), job_id),
                 )
             finally:
-                self._db.execute(f"PRAGMA synchronous={self._synchronous}")
+                if self.fsync:
+                    self._db.execute("PRAGMA synchronous=FULL")
             return self._db.execute("SELECT attempts FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
 
     def set_state(self, job_id: str, state: JobState) -> None:

@@ -40,7 +40,7 @@ from ..backends.cpu import msm as cpu_msm
 from ..backends.cpu.synth import row_order_bytes
 from ..formats import zkey as zkey_format
 from ..formats.binfile import BinFile
-from ..formats.zkey import ZKey, ZKeyHeader
+from ..formats.zkey import KEY_BASES, ZKey, ZKeyHeader
 from ..memory.pinned import HostAllocator
 from .stream import ALIGN, SectionReader, StagingRing, ring_bytes
 
@@ -100,7 +100,7 @@ def read_chunk_bytes(header: ZKeyHeader, chunk_bytes: int) -> int:
 
 
 # The bases of a proof's MSMs (ZKey array → group), which a hot key on the CPU backend may give window tables.
-MSM_BASES = {"a": "g1", "b1": "g1", "b2": "g2", "c": "g1", "h": "g1"}
+MSM_BASES = dict(KEY_BASES)
 
 
 def msm_table_bytes(header: ZKeyHeader) -> int:

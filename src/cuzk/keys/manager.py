@@ -444,7 +444,6 @@ class KeyManager:
                     try:
                         zkey = with_msm_tables(zkey)
                     except BaseException:
-                        zkey = None
                         buffer.close()
                         raise
                     table_seconds = time.perf_counter() - t
@@ -625,8 +624,11 @@ class KeyManager:
         return host + sum(keys.uploads for keys in devices)
 
     def status(self) -> list[dict]:
-        resident = {d["device"]: set(d["keys"]) for d in self.device_status()}
+        if self._provers_devices is not None:  # the worker processes' reports
+            resident = {d["device"]: set(d["keys"]) for d in self._provers_devices()}
         with self._lock:
+            if self._provers_devices is None:
+                resident = {keys.device: set(keys.resident_names()) for keys in self._devices.values()}
             now = time.monotonic()
             return [
                 {

@@ -106,12 +106,12 @@ def grpc_client(args: argparse.Namespace, *, wait: bool = True):
     """The gRPC client of the daemon the command's options name. ``wait``: ride over a daemon restart (up to the
     client's grace, saying so on stderr), else fail at once."""
     from ..client import Client
+    from ..client_base import wait_options
     from ..config import client_target
 
     address, token = client_target(args.daemon, args.config)
     return Client(address, args.token or token, tls_ca=args.tls_ca or os.environ.get("CUZK_TLS_CA") or None,
-                  restart_grace=60.0 if wait else 0.0,
-                  on_wait=(lambda message: print(message, file=sys.stderr, flush=True)) if wait else None)
+                  **wait_options(wait))
 
 
 def _add_client_options(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import numpy as np
 
 from ...curves import Curve
 from ...curves.ec import Point
+from ..base import msm_each
 from . import msm, ntt
 from ...ff.field import FROM_MONT, MUL, SUB, TO_MONT, FieldVectorError, as_u64, field_consts, fp_binary_vec, fp_unary_vec, fr_rows
 
@@ -61,12 +62,8 @@ class CpuBackend:
         return msm.msm_g2(curve, bases, scalars)
 
     def msm_many(self, curve: Curve, msms, checkpoint: Callable[[], None] | None = None) -> list[Point]:
-        sums = []
-        for i, (group, bases, scalars) in enumerate(msms):
-            if i and checkpoint is not None:
-                checkpoint()
-            sums.append(self.msm_g1(curve, bases, scalars) if group == "g1" else self.msm_g2(curve, bases, scalars))
-        return sums
+        return msm_each(msms, lambda group, bases, scalars: (self.msm_g1 if group == "g1" else self.msm_g2)(curve, bases, scalars),
+                        checkpoint)
 
 
 __all__ = ["CpuBackend", "FieldVectorError"]

@@ -35,6 +35,7 @@ import numpy as np
 from ...curves import Curve
 from ...curves.ec import Point
 from ...formats.zkey import KEY_BASES
+from ..base import msm_each
 from .device import THREADS, CudaDevice, CudaInputError, Upload, check_vector, grid
 from .vram import DeviceBases, VramExhaustedError, VramReservation
 
@@ -452,7 +453,7 @@ class CudaMsm:
         per_point = SCALAR_LIMBS * 4 + (0 if resident else buffers * point_words(curve, group) * 4)
 
         def layout(c: int, table: bool) -> int:
-            return SortShape.of(n, c, bits, 2 * point_words(curve, group), table, self.chunk_len, self.join_span).work_bytes + n * per_point
+            return self._shape(curve, group, n, c, table).work_bytes + n * per_point
 
         if table_bits:
             return layout(table_bits, True)
@@ -633,12 +634,7 @@ class CudaMsm:
             queued = self._msm_queued(curve, msms)
             if queued is not None:
                 return queued
-        sums = []
-        for i, (group, bases, scalars) in enumerate(msms):
-            if i and checkpoint is not None:
-                checkpoint()
-            sums.append(self.msm(curve, group, bases, scalars))
-        return sums
+        return msm_each(msms, lambda group, bases, scalars: self.msm(curve, group, bases, scalars), checkpoint)
 
     def _msm_queued(self, curve: Curve, msms) -> list[Point] | None:
         """``msm_many`` over resident bases, queued; None (nothing queued, nothing held) when the arena has no room."""
@@ -660,12 +656,11 @@ class CudaMsm:
                 graphs.append(graph)
             shapes = []
             for (group, bases, _), table, graph in zip(msms, tables, graphs):
-                sum_words = 2 * point_words(curve, group)
                 if graph is not None:
                     shapes.append(graph.shape)
                 elif bases.n:
                     c = table[1] if table is not None else window_bits(bases.n, bits)
-                    shapes.append(SortShape.of(bases.n, c, bits, sum_words, table is not None, self.chunk_len, self.join_span))
+                    shapes.append(self._shape(curve, group, bases.n, c, table is not None))
                 else:
                     shapes.append(None)
             arena_words = max((MsmArena.words(sh) for sh, g in zip(shapes, graphs) if sh is not None and g is None), default=0)
@@ -700,6 +695,10 @@ class CudaMsm:
             at += words
         return sums
 
+    def _shape(self, curve: Curve, group: str, n: int, c: int, table: bool) -> SortShape:
+        """The sort and accumulation shape of an MSM of ``n`` points in window ``c`` with this MSM's knobs."""
+        return SortShape.of(n, c, curve.r.bit_length(), 2 * point_words(curve, group), table, self.chunk_len, self.join_span)
+
     def _check_resident(self, curve: Curve, group: str, bases: DeviceBases, n: int) -> None:
         if bases.curve is not curve or bases.group != group or bases.points is None:
             raise CudaInputError(f"resident bases are {bases.curve.name} {bases.group.upper()} (freed: {bases.points is None}), "
@@ -717,7 +716,7 @@ class CudaMsm:
             if bases.graphs:
                 return bases.graphs.pop()
         curve, group, n = bases.curve, bases.group, bases.n
-        shape = SortShape.of(n, table[1], curve.r.bit_length(), 2 * point_words(curve, group), True, self.chunk_len, self.join_span)
+        shape = self._shape(curve, group, n, table[1], True)
         reservation = self.vram.try_reserve(shape.work_bytes + n * SCALAR_LIMBS * 4,
                                             f"{curve.name} {group.upper()} MSM graph ({n} points)", evict=False)
         if reservation is None:
@@ -793,7 +792,7 @@ class CudaMsm:
         """The MSM of the chunk of points from ``offset``. ``table_stride`` > 0: ``points`` is a window table of
         that many points per window (2^(c·w)·P_i in row w·table_stride + i), and every window shares one set of
         buckets; else ``points`` are the chunk's bases and each window has its own buckets, joined by Horner."""
-        shape = SortShape.of(int(scalars.shape[0]), c, curve.r.bit_length(), 2 * point_words(curve, group), table_stride > 0, self.chunk_len, self.join_span)
+        shape = self._shape(curve, group, int(scalars.shape[0]), c, table_stride > 0)
         work = MsmWork.allocate(self.runtime, shape)
         self._phase("start")
         self._launch_msm(mod, shape, work, self.gpu.device_view(scalars)[0], points, table_stride, offset)

@@ -104,8 +104,7 @@ class CudaNtt:
             row = self._inverse_factors.get(key)
             if row is None:
                 row = self._fr_rows(curve, [curve.Fr.to_mont(pow(1 << m, -1, curve.r))])
-                self.runtime.synchronize_stream()  # other lanes' streams read it from now on (as _publish does)
-                self._inverse_factors[key] = row
+                self._publish(self._inverse_factors, key, row)
         return row
 
     def _twiddle_tables(self, curve: Curve, m: int):
@@ -136,7 +135,7 @@ class CudaNtt:
             self._publish(self._coset_tables, key, entry)
             return entry[1:3]
 
-    def _publish(self, cache: dict, key, entry: tuple) -> None:
+    def _publish(self, cache: dict, key, entry) -> None:
         """Make a table built on this thread's stream visible to every lane (under ``_lock``), once it is computed."""
         self.runtime.synchronize_stream()
         outgrown = cache.get(key)
