@@ -1,6 +1,6 @@
 """Jobs per second the journal lets the daemon finish while witnesses stream in, as ``cuzk bench`` drives it at 2^20.
 
-    PYTHONPATH=src python3 benchmarks/journal_load.py [--witness-mib 32] [--concurrency 16] [--submitters 4] [--seconds 10] [--no-fsync]
+    PYTHONPATH=src python3 benchmarks/journal_load.py [--witness-mib 32] [--concurrency 16] [--submitters 4] [--seconds 10] [--fsync true,1,false]
 
 No proving: the journal's side of each job, on the real ``Journal`` in --dir (on the daemon's disk, not a tmpfs).
 ``--submitters`` threads submit witnesses of --witness-mib MiB (written and fsync'd, as a submit by path is) while at
@@ -29,9 +29,9 @@ from cuzk.engine.jobs import JobState, Priority
 from cuzk.engine.journal import Journal
 
 
-def run(directory: Path, witness_mib: int, concurrency: int, submitters: int, seconds: float, fsync: bool = True) -> dict:
+def run(directory: Path, witness_mib: int, concurrency: int, submitters: int, seconds: float, fsync: bool | float = True) -> dict:
     # Only a journal with ``fsync`` (session 9) takes the argument: the default runs on older code, the peer's.
-    journal = Journal(tempfile.mkdtemp(prefix="journal-load-", dir=directory), **({} if fsync else {"fsync": False}))
+    journal = Journal(tempfile.mkdtemp(prefix="journal-load-", dir=directory), **({} if fsync is True else {"fsync": fsync}))
     witness = os.urandom(witness_mib << 20)
     room = threading.Semaphore(concurrency)  # unfinished jobs, as the bench's clients keep them
     submitted: queue.SimpleQueue = queue.SimpleQueue()
@@ -104,19 +104,23 @@ def main(argv=None) -> int:
     ap.add_argument("--submitters", type=int, default=4, help="threads writing witnesses")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured window")
     ap.add_argument("--dir", type=Path, default=Path.cwd(), help="where the journal lives (default: here)")
-    ap.add_argument("--no-fsync", action="store_true", help="also run a journal that does not wait for the disk "
-                    "([engine] journal_fsync = false) after the default one, and print the ratio")
+    ap.add_argument("--fsync", type=lambda text: [_fsync_setting(v) for v in text.split(",")], default=[True],
+                    help="journal_fsync settings to run one after the other, each compared with the first: true, false "
+                         "or a delay in seconds (default: true)")
     args = ap.parse_args(argv)
-    rows = [run(args.dir, args.witness_mib, args.concurrency, args.submitters, args.seconds, fsync)
-            for fsync in ((True, False) if args.no_fsync else (True,))]
+    rows = [run(args.dir, args.witness_mib, args.concurrency, args.submitters, args.seconds, fsync) for fsync in args.fsync]
     for row in rows:
         print(json.dumps(row))
-        print(f"{'finish_many' if row['finish_many'] else 'one finish per job'}{'' if row['fsync'] else ', no fsync'}: "
+        print(f"{'finish_many' if row['finish_many'] else 'one finish per job'}, journal_fsync = {row['fsync']}: "
               f"{row['jobs_per_s']} jobs/s finished ({row['witness_mb_per_s']} MB/s of witnesses), "
-              f"finisher {row['finisher_ms_per_job_p50']} ms per job (p50)")
-    if len(rows) == 2:
-        print(f"jobs/s without fsync / with: {rows[1]['jobs_per_s'] / rows[0]['jobs_per_s']:.2f}")
+              f"finisher {row['finisher_ms_per_job_p50']} ms per job (p50)"
+              + (f"; x{row['jobs_per_s'] / rows[0]['jobs_per_s']:.2f} the first" if row is not rows[0] else ""))
     return 0
+
+
+def _fsync_setting(text: str) -> bool | float:
+    word = text.strip().lower()
+    return word == "true" if word in ("true", "false") else float(word)
 
 
 if __name__ == "__main__":

@@ -56,12 +56,13 @@ for s in "$@"; do
     disk) step disk 60 bash -c "mkdir -p /tmp/ddt && dd if=/dev/zero of=/tmp/ddt/f bs=1M count=1024 conv=fsync 2>&1 | tail -1; df -h /tmp | tail -1" ;;
     ladder) step ladder ${T_LADDER:-500} python3 benchmarks/ladder.py ${LADDER_ARGS} ;;
     lbench*)  # cuzk bench on a ladder rung (run 'ladder' with --dir /tmp/ladder first): lbench-<logn>-<jobs>-<concurrency>-<synth workers>[-<tag>]
-      # tags, joined by '+': memN runs the daemon under a cgroup limit of N MiB, kN with proofs_per_device = N, procs with device_processes = true
+      # tags, joined by '+': memN runs the daemon under a cgroup limit of N MiB, kN with proofs_per_device = N, procs with device_processes = true,
+      # fsX with journal_fsync = X (true, false or a delay in seconds)
       # (any other tag only names the run, e.g. the side of an A/B)
       # SPY="--gil" (or " "): py-spy (a wheel in .whl) samples the bench and the daemon's processes into /tmp/res/<step>.spy (collapsed stacks)
       IFS=- read -r _ n j c w tag <<< "$s"; r=/tmp/ladder/bn128/2^$n; extra=()
       for part in ${tag//+/ }; do case $part in mem*) extra+=(--memory-limit ${part#mem}MiB) ;; k[0-9]*) extra+=(--engine proofs_per_device=${part#k}) ;;
-        procs) extra+=(--engine device_processes=true) ;; esac; done
+        procs) extra+=(--engine device_processes=true) ;; fs*) extra+=(--engine journal_fsync=${part#fs}) ;; esac; done
       step $s ${T_BENCH:-150} ${SPY:+py-spy record $SPY --subprocesses --format raw --rate 100 --output /tmp/res/$s.spy --} $cuzk bench --zkey $r/circuit.zkey --wtns $r/witness.wtns --jobs $j --concurrency $c --warmup 4 \
         --engine "devices=[0]" --engine synth_workers=$w "${extra[@]}" ${BENCH_ENGINE} --out /tmp/res/$s --no-progress --no-plot ;;
     mlimit*)  # benchmarks/memory_limit.py on a ladder rung: one cuzk bench unlimited, then under a limit of N MiB; ratios printed

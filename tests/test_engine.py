@@ -474,10 +474,10 @@ def test_threads_launch_parallel_kernels_safely_on_numbas_workqueue_layer(circui
     assert run.stdout.split() == ["workqueue"] + ["done"] * 6
 
 
-@pytest.mark.parametrize("journal_fsync", [True, False])
+@pytest.mark.parametrize("journal_fsync", [True, 0.5, False])
 def test_stop_leaves_jobs_for_the_next_engine_and_locks_the_data_dir(make_engine, circuits, tmp_path, journal_fsync):
     engine = make_engine(start=False, journal_fsync=journal_fsync)
-    assert engine.journal.fsync is journal_fsync
+    assert engine.journal.fsync == journal_fsync
     w = circuits["small"].witness
     job_id = engine.submit("small", w)
     with pytest.raises(DataDirLocked):
@@ -736,8 +736,10 @@ def test_engine_config_from_the_daemon_table(tmp_path):
         with pytest.raises(ValueError, match="cpu_msm_tables"):
             EngineConfig(data_dir=tmp_path, cpu_msm_tables=bad)
     assert EngineConfig.from_mapping(tmp_path, {"journal_fsync": False}).journal_fsync is False
-    with pytest.raises(ValueError, match="journal_fsync must be true or false"):
-        EngineConfig(data_dir=tmp_path, journal_fsync="no")
+    assert EngineConfig.from_mapping(tmp_path, {"journal_fsync": 0.5}).journal_fsync == 0.5
+    for bad in ("no", 0, -1.0, 61):
+        with pytest.raises(ValueError, match="journal_fsync must be true, false or a delay in seconds"):
+            EngineConfig(data_dir=tmp_path, journal_fsync=bad)
 
 
 def test_default_budget_from_the_real_limit_and_supervisor_heartbeat(circuits, tmp_path):

@@ -28,7 +28,7 @@ def test_submit_returns_a_durable_queued_job(tmp_path):
     assert again.get(rec.job_id) == rec
 
 
-@pytest.mark.parametrize("fsync", [True, False])
+@pytest.mark.parametrize("fsync", [True, 30.0, False])
 def test_submit_survives_sigkill_right_after_return(tmp_path, fsync):
     """A child submits, prints the id, and is SIGKILLed at once; the job must be there, waited for by the disk or not."""
     code = textwrap.dedent(f"""
@@ -65,6 +65,46 @@ def test_journal_fsync_decides_whether_submits_and_commits_wait_for_the_disk(tmp
     j.finish(rec.job_id, JobState.DONE, proof={"pi_a": ["1"]}, public_signals=["7"])
     assert len(synced) == (2 if fsync else 0)  # the witness file and its directory
     assert Journal(tmp_path).get(rec.job_id).state is JobState.DONE
+
+
+def _record_fsyncs(monkeypatch) -> list[str]:
+    """The paths the journal fsyncs from now on (it still fsyncs them)."""
+    import cuzk.engine.journal as journal_module
+
+    synced, real_fsync = [], os.fsync
+    monkeypatch.setattr(journal_module.os, "fsync",
+                        lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1])
+    return synced
+
+
+def test_journal_fsync_as_a_delay_syncs_unfinished_jobs_only_and_everything_at_close(tmp_path, monkeypatch):
+    """A delay: submits and finishes never wait for the disk; a round fsyncs the witnesses of jobs still unfinished,
+    their directory and the WAL — never the witness of a job that ended first — and close() runs a last round."""
+    synced = _record_fsyncs(monkeypatch)
+    j = Journal(tmp_path, fsync=3600.0)
+    assert j._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL: the syncer makes commits durable
+    waiting, ended = (j.submit("c", Priority.NORMAL, b"w" * 100)[0].job_id for _ in range(2))
+    j.mark_started(ended)
+    j.finish(ended, JobState.DONE, proof={"pi_a": ["1"]}, public_signals=["7"])
+    assert synced == []
+    j.close()
+    assert sorted(synced) == sorted([str(j.witness_path(waiting)), str(j.witness_dir), str(tmp_path / "journal.sqlite3-wal")])
+    again = Journal(tmp_path)
+    assert again.get(ended).state is JobState.DONE and [r.job_id for r in again.requeue_unfinished()] == [waiting]
+
+
+def test_journal_fsync_delay_is_kept_by_the_syncer_thread(tmp_path, monkeypatch):
+    synced = _record_fsyncs(monkeypatch)
+    j = Journal(tmp_path, fsync=0.02)
+    job_id = j.submit("c", Priority.NORMAL, b"w" * 100)[0].job_id
+    deadline = time.monotonic() + 30
+    while str(j.witness_path(job_id)) not in synced or str(tmp_path / "journal.sqlite3-wal") not in synced:
+        assert time.monotonic() < deadline, f"the syncer did not fsync the job within 30 s (fsync'd: {synced})"
+        time.sleep(0.01)
+    j.close()
+    rounds = len(synced)
+    j._sync_round()  # nothing new since: not even the WAL is fsync'd again
+    assert len(synced) == rounds
 
 
 def test_replay_fails_a_job_whose_witness_was_lost_with_the_machine(tmp_path):

@@ -9,6 +9,8 @@ from typing import Any
 
 from ..memory.units import MiB, parse_size
 
+MAX_FSYNC_DELAY_S = 60.0  # journal_fsync as a delay: beyond a minute, false says it better
+
 
 @dataclass
 class EngineConfig:
@@ -46,12 +48,13 @@ class EngineConfig:
     load_chunk_bytes: int = 64 * MiB
     result_ttl_s: float = 24 * 3600.0
     result_max_bytes: int = 64 * MiB
-    # The journal waits for the disk (fsync) before a submit returns, so an accepted job survives the machine's crash,
-    # not only the daemon's. false: it survives the daemon's death (an OOM kill included), and the witnesses of jobs
-    # that end within seconds never reach the disk. At 2^20 on one H200 the fsync'd witnesses (32 MiB each, ~1.2 GB/s
-    # at 37 proofs/s) set the pace: 29 proofs/s, GPU busy 63 %, against 39 and 83 % with the data directory on tmpfs
-    # (GPU_NOTES, session 9).
-    journal_fsync: bool = True
+    # When an accepted job is on the disk (engine/journal.py): true — before its submit returns, so it survives the
+    # machine's crash, not only the daemon's; a number of seconds — within that delay (a syncer thread fsyncs what is
+    # still unfinished), so the witnesses of jobs that end sooner never reach the disk; false — when the kernel writes
+    # back. Every setting survives the daemon's death (an OOM kill included). At 2^20 on one H200 the fsync'd witnesses
+    # (32 MiB each, ~1.2 GB/s at 37 proofs/s) set the pace: 29 proofs/s, GPU busy 63 %, against 39 and 83 % with the
+    # data directory on tmpfs (GPU_NOTES, session 9).
+    journal_fsync: bool | float = True
     max_attempts: int = 3
     device_errors_per_job: int = 2  # CUDA errors (on any devices) after which a job fails instead of being requeued
     keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
@@ -77,9 +80,12 @@ class EngineConfig:
             value = getattr(self, name)
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be \"auto\" or a whole number of at least 1, got {value!r}")
-        for name in ("device_processes", "journal_fsync"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if not isinstance(self.device_processes, bool):
+            raise ValueError(f"device_processes must be true or false, got {self.device_processes!r}")
+        fsync = self.journal_fsync
+        if not (isinstance(fsync, bool) or (isinstance(fsync, (int, float)) and 0 < fsync <= MAX_FSYNC_DELAY_S)):
+            raise ValueError(f"journal_fsync must be true, false or a delay in seconds (above 0, at most "
+                             f"{MAX_FSYNC_DELAY_S:g}), got {fsync!r}")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
         limit = self.device_errors_per_job

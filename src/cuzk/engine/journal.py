@@ -2,9 +2,14 @@
 
 Why it exists: a proof request must survive the daemon dying (an OOM kill included), so
 ``submit`` writes the job to disk — witness file fsync'd, row committed with
-``synchronous=FULL`` — before it returns an id. With ``fsync=False`` (``[engine] journal_fsync``) the
-witness and the rows are written but not waited for: a job still survives the daemon's death (the
-kernel holds what was written), not the machine's, and a short job's witness never reaches the disk. After a restart ``unfinished()`` lists what
+``synchronous=FULL`` — before it returns an id. ``fsync`` (``[engine] journal_fsync``) trades that
+wait for speed, as Redis's ``appendfsync`` does. A number of seconds makes each job durable within
+that delay instead: a syncer thread fsyncs the witnesses of the jobs still unfinished, then the
+database, so a job that ends within the delay never writes its witness to the disk at all.
+``False`` never waits; the kernel writes back in its own time. Either way a job survives the
+daemon's death; the machine's death can lose the jobs of the last moments (within the delay), and
+replay fails by name any whose row reached the disk without its witness (``requeue_unfinished``).
+After a restart ``unfinished()`` lists what
 to run again, in the original order. Results are plain rows, pruned by age and by total
 size (``prune``) so the journal never grows without bound.
 
@@ -27,6 +32,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -41,6 +47,8 @@ from .jobs import UNFINISHED_STATES, JobError, JobRecord, JobState, Priority
 
 if TYPE_CHECKING:
     from .config import EngineConfig
+
+log = logging.getLogger(__name__)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -165,7 +173,7 @@ def _fsync_dir(path: Path) -> None:
 
 class Journal:
     def __init__(self, data_dir: str | os.PathLike, *, result_ttl_s: float = 24 * 3600, result_max_bytes: int = 64 << 20,
-                 fsync: bool = True):
+                 fsync: bool | float = True):
         if result_ttl_s <= 0 or result_max_bytes <= 0:
             raise ValueError("result_ttl_s and result_max_bytes must be positive (results are never kept forever)")
         self.data_dir = Path(data_dir)
@@ -174,13 +182,20 @@ class Journal:
         self.result_ttl_s = result_ttl_s
         self.result_max_bytes = result_max_bytes
         self.fsync = fsync
+        self._fsync_each = fsync is True  # every submit and finish waits for the disk
         self._lock = threading.RLock()
         self._deleter: ThreadPoolExecutor | None = None  # deletes finished jobs' witnesses (``_delete_witnesses``)
+        # With a delay: unfinished jobs whose witness is not yet fsync'd, and the WAL's (size, mtime) when last fsync'd
+        # (``_sync_round``).
+        self._unsynced: set[str] = set()
+        self._wal_synced: tuple[int, int] | None = None
+        self._syncer: threading.Thread | None = None
+        self._stop_syncing = threading.Event()
         self._db = sqlite3.connect(self.data_dir / "journal.sqlite3", check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file; lets prune give space back
         self._db.execute("PRAGMA journal_mode=WAL")
         # FULL: a committed submit survives power loss too; NORMAL (in WAL mode): the process's death, not power loss
-        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+        self._db.execute(f"PRAGMA synchronous={'FULL' if self._fsync_each else 'NORMAL'}")
         self._db.executescript(SCHEMA)
         if "wasm" not in {row[1] for row in self._db.execute("PRAGMA table_info(keys)")}:  # a journal from before .wasm keys
             self._db.execute("ALTER TABLE keys ADD COLUMN wasm TEXT")
@@ -191,6 +206,9 @@ class Journal:
         # (5 ms a finish with 5,000 retained, 30 ms with 20,000), and the cap allows tens of thousands.
         self._retained_bytes = self._db.execute(
             "SELECT COALESCE(SUM(result_bytes), 0) FROM jobs WHERE finished_at IS NOT NULL").fetchone()[0]
+        if not isinstance(fsync, bool):
+            self._syncer = threading.Thread(target=self._sync_every, args=(float(fsync),), name="cuzk-journal-sync", daemon=True)
+            self._syncer.start()
 
     @classmethod
     def of(cls, config: EngineConfig) -> Journal:
@@ -199,13 +217,53 @@ class Journal:
                    fsync=config.journal_fsync)
 
     def close(self) -> None:
-        """Close the database, once the finished jobs' witnesses are deleted."""
+        """Close the database, once every job is durable (with a delay) and the finished jobs' witnesses are deleted."""
+        if self._syncer is not None:
+            self._stop_syncing.set()
+            self._syncer.join()
+            self._sync_round()
         with self._lock:
             deleter, self._deleter = self._deleter, None
         if deleter is not None:
             deleter.shutdown(wait=True)
         with self._lock:
             self._db.close()
+
+    def _sync_every(self, delay_s: float) -> None:
+        while not self._stop_syncing.wait(delay_s):
+            try:
+                self._sync_round()
+            except OSError:  # a failing disk: said loudly each round, and the jobs still prove
+                log.exception("journal: could not make the jobs of the last %.3g s durable", delay_s)
+
+    def _sync_round(self) -> None:
+        """Make every job committed so far durable (``fsync`` given as a delay): the witnesses of those still unfinished,
+        their directory, then the database's WAL, which holds the rows (so a row on the disk has its witness there)."""
+        with self._lock:
+            unsynced, self._unsynced = self._unsynced, set()
+        for job_id in unsynced:
+            try:
+                fd = os.open(self.witness_path(job_id), os.O_RDONLY)
+            except FileNotFoundError:  # its job ended and the file is gone: it never needs the disk
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        if unsynced:
+            _fsync_dir(self.witness_dir)
+        try:  # fsync'ing the WAL makes every transaction in it durable, as SQLite's synchronous=FULL does at each commit
+            fd = os.open(self.data_dir / "journal.sqlite3-wal", os.O_RDONLY)
+        except FileNotFoundError:
+            fd = None
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if (st.st_size, st.st_mtime_ns) != self._wal_synced:
+                    os.fsync(fd)
+                    self._wal_synced = (st.st_size, st.st_mtime_ns)
+            finally:
+                os.close(fd)
 
     def _delete_witnesses(self, job_ids: list[str]) -> None:
         """Delete finished jobs' witness files on a thread of the journal's own: under witnesses being written, unlinking
@@ -259,6 +317,8 @@ class Journal:
                     (job_id, request_id, circuit, int(priority), JobState.QUEUED.value, digest,
                      witness.nbytes if isinstance(witness, WitnessFile) else len(witness), time.time()),
                 )
+                if self._syncer is not None:
+                    self._unsynced.add(job_id)
                 return self._get(job_id), True
         except BaseException:
             path.unlink(missing_ok=True)
@@ -287,10 +347,10 @@ class Journal:
             else:
                 f.write(witness)
                 f.flush()
-            if self.fsync:
+            if self._fsync_each:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
-        if self.fsync:
+        if self._fsync_each:
             _fsync_dir(path.parent)
 
     def _remove_orphan_witnesses(self) -> None:
@@ -313,7 +373,7 @@ class Journal:
         either way. Under witnesses being written, an fsync'd commit waits for their data (ext4's ordered journal):
         tens of ms each, behind the one lock every commit takes (GPU_NOTES, session 9)."""
         with self._lock:
-            if self.fsync:
+            if self._fsync_each:
                 self._db.execute("PRAGMA synchronous=NORMAL")
             try:
                 self._db.execute(
@@ -321,7 +381,7 @@ class Journal:
                     (JobState.SYNTHESIZING.value, time.time(), job_id),
                 )
             finally:
-                if self.fsync:
+                if self._fsync_each:
                     self._db.execute("PRAGMA synchronous=FULL")
             return self._db.execute("SELECT attempts FROM jobs WHERE job_id = ?", (job_id,)).fetchone()[0]
 
@@ -346,7 +406,7 @@ class Journal:
                                                   "timings": timings})])[0]
 
     def finish_many(self, outcomes: list[tuple[str, JobState, dict]]) -> list[JobRecord]:
-        """``finish`` for several jobs, (job id, state, its keyword arguments) each, in one fsync'd commit: the
+        """``finish`` for several jobs, (job id, state, its keyword arguments) each, in one commit (fsync'd by default): the
         finisher journals every proof that waited for it at once, where one commit each queued behind the witnesses'
         fsyncs and set the daemon's pace (GPU_NOTES, session 9). Their witnesses are deleted after the commit, off the
         calling thread."""
@@ -382,13 +442,14 @@ class Journal:
             self._retained_bytes += grown
             records = [self._get(job_id) for job_id, *_ in rows]
             self.prune()
+            self._unsynced.difference_update(job_id for job_id, *_ in rows)  # ended: their witnesses never need the disk
         self._delete_witnesses([job_id for job_id, *_ in rows])
         return records
 
     def requeue_unfinished(self) -> list[JobRecord]:
         """After a restart: every unfinished job goes back to QUEUED; returned in submission order. A job whose witness
         file is gone or shorter than what was written fails, naming that, instead (the machine stopped before the file
-        reached the disk, which ``fsync=False`` allows, or the data directory was changed by hand)."""
+        reached the disk, which ``fsync`` other than True allows, or the data directory was changed by hand)."""
         with self._lock:
             marks = ",".join("?" * len(UNFINISHED_STATES))
             self._db.execute(f"UPDATE jobs SET state = ? WHERE state IN ({marks})",
@@ -402,7 +463,7 @@ class Journal:
                     lost.append((job_id, JobState.FAILED, {"error": (
                         f"the journal's copy of this job's witness is lost ({path}: "
                         f"{'missing' if found is None else f'{found} of {written} bytes'}): the machine stopped before it "
-                        f"reached the disk (journal_fsync = false), or the data directory was changed")}))
+                        f"reached the disk (journal_fsync is not true), or the data directory was changed")}))
             if lost:
                 self.finish_many(lost)
             return self._select("WHERE state = ? ORDER BY seq", (JobState.QUEUED.value,))
