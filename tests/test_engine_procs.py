@@ -338,6 +338,22 @@ def test_gpu_worker_killed_mid_proof_is_restarted_and_its_jobs_proved_once(make_
 
 
 @pytest.mark.gpu
+def test_gpu_engines_put_each_device_in_a_worker_process_by_default_and_cpu_engines_do_not(make_engine, circuits, tmp_path):
+    """device_processes = "auto" (the default): a worker process for GPU 0; the CPU backend proves in the engine's own."""
+    from cuzk.backends.cuda import available
+
+    if not available():
+        pytest.skip("no CuPy or no CUDA device")
+    on_gpu = make_engine(keys=("small",), backend="cuda", devices=[0], budget=8 << 30)
+    assert on_gpu.device_processes and _child(on_gpu)["backend"] == "cuda"
+    record = on_gpu.await_result(on_gpu.submit("small", circuits["small"].witness), timeout=SLOW)
+    assert record.state is JobState.DONE, record.error
+    on_gpu.stop()
+    on_cpu = make_engine(keys=("small",), backend="cpu", data_dir=tmp_path / "cpu")
+    assert not on_cpu.device_processes and on_cpu.status()["device_processes"] is None
+
+
+@pytest.mark.gpu
 def test_gpu_a_cuda_error_in_the_worker_process_self_tests_the_gpu_and_the_job_is_proved_once(circuits, tmp_path):
     """On GPU 0, its first NTT launch failing (injected): the worker process self-tests the GPU, which passes; the job
     goes back to the queue and is proved once, by the same process (snarkjs accepts the proof)."""

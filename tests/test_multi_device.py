@@ -516,7 +516,8 @@ _VISIBLE = textwrap.dedent("""
     from cuzk.backends import BackendUnavailableError
     devices = sys.argv[2] if sys.argv[2] == "all" else [int(d) for d in sys.argv[2].split(",")]
     try:
-        engine = Engine(EngineConfig(data_dir=sys.argv[1], backend="cuda", devices=devices, reconcile=False))
+        engine = Engine(EngineConfig(data_dir=sys.argv[1], backend="cuda", devices=devices, reconcile=False,
+                                     device_processes=False))  # in-process: its backends show the devices it took
     except BackendUnavailableError as exc:
         print("refused:", exc)
     else:

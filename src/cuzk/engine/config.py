@@ -25,11 +25,10 @@ class EngineConfig:
     proofs_per_device: int | str = "auto"
     # Each proving device owned by a worker process of its own (engine/procs.py): its backend, keys and K lanes live
     # there, fed job ids and witness paths. For isolation (a crash kills one worker, which is restarted; a CUDA error
-    # self-tests its device as in-process) and lanes beyond the intake's GIL (×1.49 at 2^16, ×1.15 at 2^20 through
-    # the daemon on one H200). Off by default until the whole GPU test suite has run in this mode (its own GPU
-    # tests, the CUDA-error and key_home paths among them, passed in session 8; ARCHITECTURE.md, "Device worker
-    # processes").
-    device_processes: bool = False
+    # self-tests its device as in-process) and lanes beyond the intake's GIL (x1.49 at 2^16, x1.15 at 2^20 through
+    # the daemon on one H200; even at 2^20 in session 10). "auto": on wherever the engine proves on GPUs, off on the
+    # CPU backend (one proof at a time, on the daemon's cores either way); true/false force it.
+    device_processes: bool | str = "auto"
     # CPU synthesis threads (each also bounds a synthesized job waiting for a prover). "auto": one more than the
     # proofs all GPUs run at once, so every proving slot finds its next job ready; 1 on the CPU backend, whose
     # proving needs the same cores.
@@ -80,8 +79,8 @@ class EngineConfig:
             value = getattr(self, name)
             if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be \"auto\" or a whole number of at least 1, got {value!r}")
-        if not isinstance(self.device_processes, bool):
-            raise ValueError(f"device_processes must be true or false, got {self.device_processes!r}")
+        if not (isinstance(self.device_processes, bool) or self.device_processes == "auto"):
+            raise ValueError(f"device_processes must be true, false or \"auto\", got {self.device_processes!r}")
         fsync = self.journal_fsync
         if not (isinstance(fsync, bool) or (isinstance(fsync, (int, float)) and 0 < fsync <= MAX_FSYNC_DELAY_S)):
             raise ValueError(f"journal_fsync must be true, false or a delay in seconds (above 0, at most "

@@ -140,11 +140,14 @@ class Engine(TrackedJobs):
             self.budget = budget
             self.reconciler = reconciler
             self.journal = Journal.of(config)
-            if process_backend is not None and not (config.device_processes and isinstance(config.devices, list)):
-                raise ValueError("process_backend needs device_processes = true and devices listed by ordinal")
-            ordinals = (None if not config.device_processes else
-                        config.devices if process_backend is not None else device_ordinals(config))
-            self.backends = [] if config.device_processes else backends if backends is not None else make_backends(config)
+            wanted = config.device_processes
+            if process_backend is not None and not (wanted is not False and isinstance(config.devices, list)):
+                raise ValueError("process_backend needs device_processes and devices listed by ordinal")
+            # "auto": worker processes wherever the engine proves on GPUs of its own making (given backends run in-process)
+            ordinals = (config.devices if process_backend is not None else device_ordinals(config)
+                        ) if wanted is True or (wanted == "auto" and backends is None) else None
+            self.device_processes = wanted if isinstance(wanted, bool) else ordinals is not None
+            self.backends = [] if self.device_processes else backends if backends is not None else make_backends(config)
             on_device = ordinals is not None or any(is_device_backend(b) for b in self.backends)
             if config.key_home == "device" and not on_device:
                 raise ValueError("key_home = \"device\" needs a device backend (CUDA); this engine proves on the CPU")
@@ -152,14 +155,14 @@ class Engine(TrackedJobs):
             self.keys = KeyManager(budget, chunk_bytes=config.load_chunk_bytes, idle_evict_s=config.key_idle_evict_s,
                                    default_tier=KeyTier(config.key_tier), key_home=config.key_home,
                                    allocator=None if self.backends and on_device else PageAlignedAllocator(),
-                                   provers_hold_keys=config.device_processes,
+                                   provers_hold_keys=self.device_processes,
                                    msm_tables=config.cpu_msm_tables if not on_device and self.backends else False)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
             self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
-            if config.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
+            if self.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
                 self._procs = DeviceProcesses(config, ordinals, self.keys, process_backend)
                 # A worker's hot copy of a key (a CPU worker's; a GPU worker's that does not home it in VRAM) is reserved
                 # with the key's lease here; the GPUs' VRAM tiers are the workers': status shows what they report.
