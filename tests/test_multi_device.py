@@ -535,7 +535,8 @@ _VISIBLE = textwrap.dedent("""
 ])
 def test_gpu_engine_workers_follow_cuda_visible_devices(tmp_path, visible, devices, expect):
     _gpu_or_skip()
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible, "PYTHONPATH": str(REPO / "src")}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": visible,
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])}
     out = subprocess.run([sys.executable, "-c", _VISIBLE, str(tmp_path / "d"), devices], env=env, capture_output=True,
                          text=True, timeout=300)
     assert expect in out.stdout, out.stdout + out.stderr

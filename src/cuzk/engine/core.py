@@ -54,9 +54,9 @@ The API, all thread-safe:
 Inside, one owner per concept: ``tracker``, ``admission``, ``workers`` (synthesis, K per device,
 finishing, the device-error policy), ``devices`` (the backends and their K), ``procs`` (with
 ``device_processes``: a worker process owns each device), ``scheduler``, the ``journal``; this
-module builds and wires them, and nothing below imports it. Threads by default: on an H200 the
-engine proves at 0.98–1.10 of the rate of bare device lanes (kernels, synthesis, CPU MSMs
-release the GIL); worker processes are for isolation and several GPUs.
+module builds and wires them, and nothing below imports it. GPUs get worker processes by default
+(``device_processes = "auto"``): a crash or CUDA error stays in one child, and the intake never
+holds its lanes' GIL; the CPU backend proves in the engine's threads.
 
 Lock order (outermost first; a thread holding one only takes those below it):
 ``Admission._admitting`` → the key manager's locks → the budget's lock;
