@@ -32,6 +32,7 @@ for s in "$@"; do
     tkeyhome) step tkeyhome ${T_KEYHOME:-300} python3 -m pytest -q -m gpu tests/test_key_home.py tests/test_synthesis_device.py -p no:cacheprovider -rs --durations=5 ;;
     tengine) step tengine ${T_ENGINE:-540} python3 -m pytest -q -m gpu tests/test_multi_device.py tests/test_proofs_in_flight.py tests/test_synthesis_device.py \
       tests/test_bench_gpu.py tests/test_key_home.py tests/test_engine_procs.py tests/test_cgroup_memory.py tests/test_memory_pinned.py -p no:cacheprovider -rs --durations=10 ;;
+    tsel) step tsel ${T_SEL:-300} python3 -m pytest -q -m gpu ${TSEL} -p no:cacheprovider -rs --durations=5 ;;  # TSEL="tests/x.py -k name"
     tprocs) step tprocs ${T_PROCS:-240} python3 -m pytest -q -m gpu tests/test_engine_procs.py -p no:cacheprovider -rs --durations=5 ;;
     dprocs) step dprocs-${LOGN:-20} ${T_DPROCS:-200} python3 benchmarks/device_processes.py --backend cuda --log-n ${LOGN:-20} --proofs ${PROOFS:-48} ;;
     ops) step ops ${T_OPS:-150} python3 benchmarks/gpu_ops.py --sizes ${OPS_SIZES:-16,20,24} --curves ${OPS_CURVES:-bn254} --ops ${OPS:-msm_g1} --out /tmp/res/ops.json ;;
