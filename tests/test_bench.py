@@ -11,6 +11,7 @@ import csv
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
@@ -18,7 +19,8 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from cuzk.bench.daemon import _toml_value, fresh_data_dir
-from cuzk.bench.report import PHASES, latency_stats, parse_metrics, render
+from cuzk.bench.disk import DataDirDisk
+from cuzk.bench.report import PHASES, disk_summary, latency_stats, parse_metrics, render
 from cuzk.bench.timeline import RecoveryTracker, Sample, write_csv
 from cuzk.bench.workload import PRIORITY_NAMES, BenchCircuit, WorkloadError, circuits_from_args, example_dir, plan_jobs
 from cuzk.cli import main as cli_main
@@ -124,6 +126,20 @@ def test_recovery_tracker_pairs_each_death_with_the_engine_that_answered_next():
     assert len(tracker.snapshot()) == 1
 
 
+def test_the_data_disk_rate_is_taken_over_the_measured_window_and_a_tmpfs_has_none(tmp_path):
+    samples = [Sample(t_s=t, unix_time=t, engine_pid=1, limit_bytes=None, budget_total_bytes=None, budget_effective_bytes=None,
+                      reserved_bytes=None, reserved_by_category={}, untracked_bytes=None, charged_bytes=None,
+                      kernel_charged_bytes=None, jobs_done=0, jobs_in_flight=0, oom_kills=0, disk_written_bytes=b)
+               for t, b in ((0.0, 0), (1.0, 500), (2.0, 1500), (3.0, 1600), (4.0, 9000))]
+    disk = DataDirDisk("vda", tmp_path / "stat")
+    result = SimpleNamespace(disk=disk, samples=samples, measure_started_t=1.0, measure_ended_t=3.0)
+    assert disk_summary(result) == {"device": "vda", "off_reason": None, "written_bytes_per_s": 550.0,
+                                    "peak_written_bytes_per_s": 1000.0}  # 1100 bytes in 2 s; 1000 in the fastest second
+    if Path("/dev/shm").is_dir():
+        assert "without a block device" in DataDirDisk.of("/dev/shm")
+    assert disk_summary(SimpleNamespace(disk="the daemon runs on another machine"))["off_reason"] == "the daemon runs on another machine"
+
+
 def test_csv_has_a_row_per_sample_and_blank_cells_while_the_engine_is_down(tmp_path):
     up = dict(limit_bytes=8, budget_total_bytes=6, budget_effective_bytes=6, reserved_bytes=3, untracked_bytes=1,
               charged_bytes=4, kernel_charged_bytes=5, jobs_done=0, jobs_in_flight=1, oom_kills=0)
@@ -209,6 +225,13 @@ def test_bench_on_the_bundled_example_starts_a_daemon_and_reports(tmp_path, caps
     assert (report["gpu"]["sampling"], report["gpu"]["devices"]) == ("off", [])
     assert text.count("GPU sampling  off (the daemon proves on the CPU)") == 1
     assert metrics["proofs_by_worker"] == {"prove-0 (cpu)": 5} and "provers" not in text  # one prover: no split to show
+    # The data directory's disk, read on every sample where the kernel has counters for it.
+    disk, written = DataDirDisk.of(out / "daemon"), [r["disk_written_bytes"] for r in csv.DictReader((out / "timeline.csv").open())]
+    if isinstance(disk, DataDirDisk):
+        assert report["disk"]["device"] == disk.name and f"{disk.name} wrote" in text
+        assert all(written) and [int(b) for b in written] == sorted(int(b) for b in written)  # a counter: never falls
+    else:
+        assert report["disk"]["off_reason"] == disk and not any(written)
     report["daemon_metrics"]["proofs_by_worker"] = {"prove-0 (0)": 3, "prove-1 (1)": 2}  # as two GPUs report it
     console = Console(width=160, file=io.StringIO())
     console.print(*render(report, out))

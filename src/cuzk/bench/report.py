@@ -28,6 +28,7 @@ import numpy as np
 
 from ..client import JobInfo
 from ..memory.units import format_size
+from .disk import DataDirDisk
 from .result import BenchResult, JobOutcome
 
 SCHEMA = 1
@@ -201,6 +202,22 @@ def gpu_summary(result: BenchResult) -> dict[str, Any]:
             "busy_window_t_s": None if start is None or end is None else [start, end], "devices": devices}
 
 
+def disk_summary(result: BenchResult) -> dict[str, Any]:
+    """What the data directory's disk wrote over the measured window (the journal's witnesses among it), and the fastest
+    it wrote between two samples: beside the GPUs' busy fractions, whether the disk set the pace."""
+    disk = result.disk
+    if not isinstance(disk, DataDirDisk):
+        return {"device": None, "off_reason": disk or "no sample read it", "written_bytes_per_s": None,
+                "peak_written_bytes_per_s": None}
+    start, end = result.measure_started_t, result.measure_ended_t
+    inside = [(s.t_s, s.disk_written_bytes) for s in result.samples if s.disk_written_bytes is not None
+              and start is not None and end is not None and start <= s.t_s <= end]
+    rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(inside, inside[1:]) if t1 > t0]
+    whole = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) if rates else None
+    return {"device": disk.name, "off_reason": None, "written_bytes_per_s": whole,
+            "peak_written_bytes_per_s": max(rates, default=None)}
+
+
 def build_report(result: BenchResult) -> dict[str, Any]:
     opts = result.options
     jobs_info = result.engine_jobs
@@ -258,6 +275,7 @@ def build_report(result: BenchResult) -> dict[str, Any]:
         "key_loads": {"count": sum(e["loads"] for e in key_loads), "events": key_loads},
         "memory": memory_summary(result),
         "gpu": gpu_summary(result),
+        "disk": disk_summary(result),
         "oom": {"recoveries": sum(r.oom_kill for r in recoveries), "oom_kills": result.oom_kills,
                 "restarts": len(recoveries), "max_oom_retries": opts.max_oom_retries,
                 "events": [r.to_dict() for r in recoveries]},
@@ -314,6 +332,13 @@ def render(report: dict[str, Any], out_dir) -> list:
         peak = "-" if d["vram_peak_bytes"] is None else format_size(d["vram_peak_bytes"])
         head.add_row(f"GPU {d['device']}", f"busy {busy} (NVML, over the measured window), VRAM peak {peak} of "
                      f"{format_size(d['memory_total_bytes'])}; {d['name']}, NVML index {d['nvml_index']}")
+    disk = report["disk"]
+    if disk["off_reason"]:
+        head.add_row("data disk", f"not read ({disk['off_reason']})")
+    elif disk["written_bytes_per_s"] is not None:
+        head.add_row("data disk", f"{disk['device']} wrote {format_size(int(disk['written_bytes_per_s']))}/s over the measured "
+                     f"window, at most {format_size(int(disk['peak_written_bytes_per_s']))}/s between samples (the journal's "
+                     "witnesses among it)")
     out = [head]
 
     table = Table(title="latency per phase", title_justify="left")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..client import JobInfo
+from .disk import DataDirDisk
 from .gpu import GpuSetup
 from .timeline import Recovery, Sample
 from .workload import DEFAULT_PRIORITY, BenchCircuit, PlannedJob
@@ -90,3 +91,4 @@ class BenchResult:
     measure_ended_t: float | None  # the last measured completion
     aborted: str | None = None  # why the run stopped before all its jobs finished
     gpu: GpuSetup = GpuSetup()  # the GPUs the samples read through NVML, or why none
+    disk: DataDirDisk | str | None = None  # the data directory's disk the samples read, or why none

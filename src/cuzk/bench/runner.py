@@ -151,7 +151,7 @@ class BenchRun:
             daemon_attached=daemon.attached, daemon_address=daemon.address, daemon_data_dir=daemon.data_dir,
             limit_source=daemon.kernel_memory()[2], key_names=dict(self.key_names), witness_sent_as=self.witness_sent_as,
             started_unix=self.started_wall, measure_started_t=self.measure_started_t, measure_ended_t=self.measure_ended_t,
-            aborted=self.abort_reason, gpu=sampler.gpu.setup())
+            aborted=self.abort_reason, gpu=sampler.gpu.setup(), disk=sampler.disk)
 
     def _collect(self, client: Client) -> tuple[dict[str, Any], str]:
         """The engine's record of each of our jobs (timestamps) and its metrics, while it still runs."""

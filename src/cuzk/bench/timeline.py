@@ -7,7 +7,8 @@ the daemon answers nothing, yet a started daemon's limit and charged memory are 
 from the kernel by the bench itself, so the gap shows in the timeline rather than vanishing.
 
 Each tick also reads the daemon's GPUs through NVML where it can (``gpu.py``): utilization,
-VRAM and SM clock per device, kept in the sample by the daemon's CUDA ordinal. And it reads
+VRAM and SM clock per device, kept in the sample by the daemon's CUDA ordinal; and the bytes
+written so far to the disk under the daemon's data directory (``disk.py``). And it reads
 the supervisor's record (``supervisor.json``: the data directory's while
 the bench runs the daemon, the status document's when attached). Every engine death recorded
 since the run began becomes a ``Recovery``: the ceiling it planned against and the one the
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..client import Client, DaemonError, DaemonUnavailable
-from .gpu import GpuReading, GpuSampler
+from .disk import DataDirDisk
+from .gpu import GpuReading, GpuSampler, on_this_machine
 
 STATUS_TIMEOUT_S = 10.0
 GPU_FIELDS = [f.name for f in fields(GpuReading)]  # the timeline CSV's columns for each GPU
@@ -49,6 +51,7 @@ class Sample:
     oom_kills: int
     gpus: dict[int, GpuReading] = field(default_factory=dict)  # by the daemon's CUDA ordinal; empty: no GPU read
     engine_reading_source: str | None = None  # what the engine's reading is: "cgroup" or "meminfo" (a kernel charge), "rss"
+    disk_written_bytes: int | None = None  # the data directory's disk: bytes written since it booted (None: not read)
 
     @property
     def engine_up(self) -> bool:
@@ -146,6 +149,7 @@ class TimelineSampler:
         self.key_loads: list[dict[str, Any]] = []  # one entry per load of a key seen in the run
         self.engine_peak_charged: dict[int, int] = {}  # each engine's reconciler peak since it started
         self.gpu = GpuSampler(daemon.address)
+        self.disk: DataDirDisk | str | None = None  # the data directory's disk, or why it is not read; None until known
         self._loads_seen: dict[tuple[int, str], int] = {}
         self._progress = progress
         self._stop = threading.Event()
@@ -174,6 +178,8 @@ class TimelineSampler:
         except (DaemonUnavailable, TimeoutError, DaemonError):
             status = None
         gpus = self.gpu.read(status)
+        if self.disk is None:
+            self.disk = self._data_dir_disk(status)
         now_mono, now_wall = time.monotonic(), time.time()
         supervisor = self.daemon.supervisor_state(status)
         self.tracker.update(now_wall, status, supervisor)
@@ -191,7 +197,8 @@ class TimelineSampler:
             reserved_by_category={c: e["bytes"] for c, e in (budget.get("by_category") or {}).items()},
             untracked_bytes=reading.get("untracked_bytes"), charged_bytes=reading.get("actual_bytes"),
             kernel_charged_bytes=kernel_charged, jobs_done=done, jobs_in_flight=in_flight, oom_kills=self.tracker.oom_kills,
-            gpus=gpus, engine_reading_source=reading.get("source"))
+            gpus=gpus, engine_reading_source=reading.get("source"),
+            disk_written_bytes=self.disk.written_bytes() if isinstance(self.disk, DataDirDisk) else None)
         if status is not None:
             self.last_status = status
             self._note_engine(sample, status)
@@ -199,6 +206,17 @@ class TimelineSampler:
             self.samples.append(sample)
         return sample
 
+
+    def _data_dir_disk(self, status: dict[str, Any] | None) -> DataDirDisk | str | None:
+        """The disk of the daemon's data directory: the one the bench gave it, or an attached daemon's on this machine."""
+        if self.daemon.data_dir is not None:
+            return DataDirDisk.of(self.daemon.data_dir)
+        if status is None:
+            return None  # asked again at the next tick
+        if not on_this_machine(self.daemon.address):
+            return "the daemon runs on another machine"
+        data_dir = (status.get("config") or {}).get("data_dir")
+        return DataDirDisk.of(data_dir) if data_dir else "the daemon's status names no data directory"
 
     def _note_engine(self, sample: Sample, status: dict[str, Any]) -> None:
         """Key loads (the status counts them per key; the duration known is the latest one's) and the engine's own peak."""
@@ -226,7 +244,7 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
     columns = ["t_s", "unix_time", "engine_up", "engine_pid", "limit_bytes", "budget_total_bytes", "budget_effective_bytes",
                "reserved_bytes", *[f"reserved_{c}_bytes" for c in cats], "untracked_bytes", "charged_bytes",
                "engine_reading_source", "kernel_charged_bytes", "jobs_done", "jobs_in_flight", "oom_kills",
-               *[f"gpu{d}_{name}" for d in devices for name in GPU_FIELDS]]
+               *[f"gpu{d}_{name}" for d in devices for name in GPU_FIELDS], "disk_written_bytes"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
@@ -235,5 +253,6 @@ def write_csv(path: Path, samples: list[Sample]) -> None:
             row = [f"{s.t_s:.3f}", f"{s.unix_time:.3f}", int(s.engine_up), s.engine_pid, s.limit_bytes, s.budget_total_bytes,
                    s.budget_effective_bytes, s.reserved_bytes, *reserved, s.untracked_bytes, s.charged_bytes,
                    s.engine_reading_source, s.kernel_charged_bytes, s.jobs_done, s.jobs_in_flight, s.oom_kills,
-                   *[None if d not in s.gpus else getattr(s.gpus[d], name) for d in devices for name in GPU_FIELDS]]
+                   *[None if d not in s.gpus else getattr(s.gpus[d], name) for d in devices for name in GPU_FIELDS],
+                   s.disk_written_bytes]
             writer.writerow(["" if v is None else v for v in row])
