@@ -738,6 +738,7 @@ def test_engine_config_from_the_daemon_table(tmp_path):
     assert EngineConfig(data_dir=tmp_path).device_processes == "auto"
     with pytest.raises(ValueError, match="device_processes must be true, false or \"auto\""):
         EngineConfig(data_dir=tmp_path, device_processes="yes")
+    assert EngineConfig(data_dir=tmp_path).journal_fsync == 1.0  # on the disk within a second (engine/config.py says why)
     assert EngineConfig.from_mapping(tmp_path, {"journal_fsync": False}).journal_fsync is False
     assert EngineConfig.from_mapping(tmp_path, {"journal_fsync": 0.5}).journal_fsync == 0.5
     for bad in ("no", 0, -1.0, 61):

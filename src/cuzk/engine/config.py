@@ -47,13 +47,14 @@ class EngineConfig:
     load_chunk_bytes: int = 64 * MiB
     result_ttl_s: float = 24 * 3600.0
     result_max_bytes: int = 64 * MiB
-    # When an accepted job is on the disk (engine/journal.py): true — before its submit returns, so it survives the
-    # machine's crash, not only the daemon's; a number of seconds — within that delay (a syncer thread fsyncs what is
-    # still unfinished), so the witnesses of jobs that end sooner never reach the disk; false — when the kernel writes
-    # back. Every setting survives the daemon's death (an OOM kill included). At 2^20 on one H200 the fsync'd witnesses
-    # (32 MiB each, ~1.2 GB/s at 37 proofs/s) set the pace: 29 proofs/s, GPU busy 63 %, against 39 and 83 % with the
-    # data directory on tmpfs (GPU_NOTES, session 9).
-    journal_fsync: bool | float = True
+    # When an accepted job is on the disk (engine/journal.py); every setting survives the daemon's death (an OOM kill
+    # included). A number of seconds (default 1): within that delay — a syncer thread fsyncs what is still unfinished,
+    # so the witnesses of jobs that end sooner never reach the disk, and a crash of the machine can lose the jobs of the
+    # last second (Redis's appendfsync everysec). true: before its submit returns, so it survives the machine's crash
+    # too; false: when the kernel writes back. At 2^20 on one H200 with a ~1 GB/s disk, true set the pace: 32-35
+    # proofs/s, GPU busy 67-76 %, against 40.8 and 86 % with 1 s (2^22 under 6 GiB: 7.7 against 10.2; GPU_NOTES,
+    # session 10).
+    journal_fsync: bool | float = 1.0
     max_attempts: int = 3
     device_errors_per_job: int = 2  # CUDA errors (on any devices) after which a job fails instead of being requeued
     keys: dict[str, str] = field(default_factory=dict)  # name → .zkey path
