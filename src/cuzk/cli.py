@@ -75,6 +75,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         if result is not None:
             if args.verbose:
                 _print_timings(result.timings, f"daemon {result.job_id}")
+                _print_round_trip(result, args.started_at)
             return 0
     from .formats.wtns import read_wtns
 
@@ -197,6 +198,7 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
         result = prove_with_daemon(args, wtns_bytes(w.curve, w.values))
         if args.verbose:
             _print_timings(result.timings, f"daemon {result.job_id}")
+            _print_round_trip(result, args.started_at)
         return 0
     return _prove_in_process(args, witness)
 
@@ -267,6 +269,20 @@ def _print_timings(timings: dict[str, float], source: str) -> None:
     total = sum(timings.values())
     parts = "  ".join(f"{k} {v * 1000:.1f} ms" for k, v in timings.items())
     print(f"[{source}] {parts}  total {total * 1000:.1f} ms", file=sys.stderr)
+
+
+def _print_round_trip(result: ProofResult, started_at: float) -> None:
+    """For ``--verbose`` on a daemon: this process's own timeline from ``main`` (``started_at``, ``time.time()``,
+    printed whole so that whoever started the process can add the time before it: interpreter and imports), the
+    request's round trip, and the daemon's own time on the request, where the transport tells them."""
+    now = time.time()
+    if result.round_trip is None:
+        trip = "round trip not told by this transport"
+    else:
+        sent, answered, served = result.round_trip
+        trip = (f"request sent +{(sent - started_at) * 1000:.1f} ms, answered +{(answered - started_at) * 1000:.1f} ms "
+                f"(in the daemon {served * 1000:.1f} ms)")
+    print(f"[client] main at {started_at:.6f}: {trip}, written +{(now - started_at) * 1000:.1f} ms", file=sys.stderr)
 
 
 VERIFY_UNREADABLE = 2  # the files could not be read or do not fit together: nothing was verified (1 means invalid)
@@ -579,8 +595,10 @@ def _plain_prove(argv: list[str]):
 
 
 def main(argv: list[str] | None = None) -> int:
+    started_at = time.time()  # --verbose shows a daemon call's timeline from here
     argv = sys.argv[1:] if argv is None else argv
     args = _plain_prove(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
+    args.started_at = started_at
     if args.command not in WITHOUT_JIT:
         _use_jit_cache()
     try:

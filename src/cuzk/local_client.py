@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from urllib.parse import quote, urlencode
 
 from .addresses import absolute_path
@@ -133,20 +134,27 @@ class LocalHttpClient(ClientBase):
     def _post(self, url: str, body: bytes, content_type: str, timeout: float | None) -> ProofResult:
         head = (f"POST {url} HTTP/1.0\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
+        sent_at = time.time()
         try:
             status, headers, payload = _exchange(self.address[5:], head, body, timeout)
         except TimeoutError:
             raise AwaitTimeout("the daemon did not answer in time") from None
         except (ConnectionError, FileNotFoundError) as exc:  # nothing listening, the socket file gone, the daemon gone
             raise Unanswered(exc.strerror or str(exc)) from None
+        answered_at = time.time()
         job_id, timings = headers.get("x-cuzk-job-id", ""), headers.get("x-cuzk-timings")
         try:
             document = json.loads(payload)
         except ValueError:  # not the prove endpoint's JSON (another server on the socket?): its text is the news
             document = {"error": f"HTTP {status}: {payload[:200].decode(errors='replace')}"}
         if status == 200:
+            try:
+                round_trip = (sent_at, answered_at, float(headers["x-cuzk-request-seconds"]))
+            except (KeyError, ValueError):  # a daemon from before the header
+                round_trip = None
             return ProofResult(job_id=job_id, state="DONE", proof_json=json.dumps(document["proof"]),
-                               public_signals=document["publicSignals"], timings=json.loads(timings or "{}"))
+                               public_signals=document["publicSignals"], timings=json.loads(timings or "{}"),
+                               round_trip=round_trip)
         message = document.get("error", payload.decode(errors="replace"))
         if status == 503:
             raise Unanswered(message)
