@@ -605,7 +605,9 @@ def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(da
     assert oct(os.stat(local.address[5:]).st_mode & 0o777) == "0o600"  # the socket file's permissions guard it
     before = len(client.list_jobs())
     by_path = local.prove(toy.zkey, toy.witness, priority="high")  # the witness goes as its path, taken
-    assert local.sends_witness_paths and {"msm", "verify"} <= set(by_path.timings)
+    assert local.sends_witness_paths and {"intake", "queue", "msm", "verify", "answer"} <= set(by_path.timings)
+    sent, answered, in_daemon = by_path.round_trip  # the daemon's own time on the request lies within the round trip
+    assert 0 < sum(by_path.timings.values()) <= in_daemon <= answered - sent
     by_name = local.prove(medium.name, medium.witness_bytes(), priority="low", request_id="local-1")  # the bytes
     check_proofs([(by_path, toy), (by_name, medium)], tmp_path)
     jobs = {j.job_id: j for j in client.list_jobs()}

@@ -148,7 +148,7 @@ def test_proof_round_trip_verifies_with_snarkjs(make_engine, circuits, tmp_path,
     record = engine.await_result(job_id, timeout=SLOW)
     assert record.state is JobState.DONE, record.error
     assert record.public_signals == [str(v) for v in synthesize_public(c)]
-    assert set(record.timings) >= {"synthesize", "ntt", "msm", "verify"}
+    assert set(record.timings) >= {"intake", "queue", "synthesize", "ntt", "msm", "verify"}
     vkey = tmp_path / "vkey.json"
     write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
     assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))

@@ -76,6 +76,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
             if args.verbose:
                 _print_timings(result.timings, f"daemon {result.job_id}")
                 _print_round_trip(result, args.started_at)
+            args.answered_by_daemon = True
             return 0
     from .formats.wtns import read_wtns
 
@@ -595,12 +596,21 @@ def _plain_prove(argv: list[str]):
 
 
 def main(argv: list[str] | None = None) -> int:
+    return _main(argv)[0]
+
+
+def _main(argv: list[str] | None) -> tuple[int, argparse.Namespace]:
+    """:func:`main`'s exit status, and the command's arguments (what it did: ``answered_by_daemon``)."""
     started_at = time.time()  # --verbose shows a daemon call's timeline from here
     argv = sys.argv[1:] if argv is None else argv
     args = _plain_prove(argv) or build_parser(argv[0] if argv else None).parse_args(argv)
-    args.started_at = started_at
+    args.started_at, args.answered_by_daemon = started_at, False
     if args.command not in WITHOUT_JIT:
         _use_jit_cache()
+    return _command_status(args), args
+
+
+def _command_status(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # the reader went away (`cuzk memcheck | head`): stop quietly, as a shell tool does
@@ -619,8 +629,14 @@ def main(argv: list[str] | None = None) -> int:
 def run() -> None:
     """The ``cuzk`` executable: :func:`main`, then exit with its status. The objects left are frozen first: the
     interpreter's teardown otherwise collects every object numba and numpy made, ~0.4 s after a one-shot prove on two
-    cores (~30 ms after a daemon client's call), to free memory the process is about to give back whole."""
-    code = main()
+    cores (~30 ms after a daemon client's call), to free memory the process is about to give back whole. A prove
+    the daemon answered leaves without the teardown at all (~4 ms of a one-shot call on two cores): its files are
+    written and closed, and a client of the daemon holds nothing else to finalize (no threads, no atexit work)."""
+    code, args = _main(None)
+    if args.answered_by_daemon:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     gc.freeze()
     sys.exit(code)
 
