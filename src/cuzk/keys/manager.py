@@ -476,7 +476,8 @@ class KeyManager:
         table_seconds = 0.0
         try:
             r1cs = None
-            if r1cs_bytes:  # its file's mapping (the wire labels' view) is not kept, and the file's pages are dropped
+            if entry.r1cs_path is not None and not self.provers_hold_keys:
+                # Its file's mapping (the wire labels' view) is not kept, and the file's cached pages are dropped.
                 r1cs = replace(read_r1cs(entry.r1cs_path), wire_to_label=None)
                 drop_page_cache(entry.r1cs_path)
             if tier is KeyTier.HOT:
