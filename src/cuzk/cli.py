@@ -630,8 +630,9 @@ def run() -> None:
     """The ``cuzk`` executable: :func:`main`, then exit with its status. The objects left are frozen first: the
     interpreter's teardown otherwise collects every object numba and numpy made, ~0.4 s after a one-shot prove on two
     cores (~30 ms after a daemon client's call), to free memory the process is about to give back whole. A prove
-    the daemon answered leaves without the teardown at all (~4 ms of a one-shot call on two cores): its files are
-    written and closed, and a client of the daemon holds nothing else to finalize (no threads, no atexit work)."""
+    the daemon answered leaves without the teardown at all (~3 ms of a one-shot call on two cores): its files are
+    written and closed and its connection to the daemon closed, so all that is left is memory the process gives back
+    whole."""
     code, args = _main(None)
     if args.answered_by_daemon:
         sys.stdout.flush()
