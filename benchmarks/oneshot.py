@@ -13,7 +13,11 @@ local HTTP socket; the daemon has the kernels loaded and the key resident). The 
 rapidsnark (below 1: cuzk is faster), the CPU seconds of each process (rusage: rapidsnark's two
 threads, the `cuzk prove` client of the daemon, whose proof's CPU is the daemon's), and splits the
 local run's wall time into cuzk's own phase timings (`--verbose`) and the rest: interpreter
-start-up, imports, numba's cache loads.
+start-up, imports, numba's cache loads. Under each circuit's row, the daemon call of median wall
+time is split into measured parts that add up to it (`call_breakdown`: the client's start-up,
+its work before the request and after the answer, its exit, the transport, and the daemon's
+job phases), from the timeline `cuzk prove --verbose` prints, beside a bare interpreter's start
+and exit.
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
 (rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
 is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
@@ -40,6 +44,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere, as tests/conftest.py
@@ -47,22 +52,82 @@ RAPIDSNARK = Path(os.environ.get("RAPIDSNARK") or REPO.parent / "shared" / "peer
 sys.path.insert(0, str(REPO / "src"))  # this checkout's cuzk, here as in the provers it starts
 
 
-def run_seconds(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds (user + system, the process's own) and stderr of one run of ``argv``."""
+class Run(NamedTuple):
+    wall: float  # seconds
+    cpu: float  # seconds, user + system, the process's own
+    stderr: str
+    started_at: float  # time.time() just before the process was started
+    ended_at: float  # time.time() once it was reaped
+
+
+def run_seconds(argv: list[str], env: dict[str, str]) -> Run:
+    """One run of ``argv``: its wall and CPU seconds, stderr, and when it started and ended on the wall clock."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t = time.perf_counter()
+    started_at, t = time.time(), time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t
+    wall, ended_at = time.perf_counter() - t, time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}):\n{done.stderr}")
-    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done.stderr
+    return Run(wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done.stderr, started_at, ended_at)
 
 
 def phase_seconds(stderr: str) -> float:
     """The sum of the phase times `cuzk prove --verbose` prints ("total N ms")."""
     found = re.search(r"total ([0-9.]+) ms", stderr)
     return float(found.group(1)) / 1000 if found else float("nan")
+
+
+# `cuzk prove --verbose` on a daemon: its job's phases ("[daemon <job>] intake 1.0 ms  queue ...  total N ms") and its
+# own timeline ("[client] main at T: request sent +A ms, answered +B ms (in the daemon C ms), written +D ms").
+DAEMON_LINE = re.compile(r"^\[daemon [^]]*\] (.*)  total [0-9.]+ ms$", re.M)
+CLIENT_LINE = re.compile(r"^\[client\] main at ([0-9.]+): request sent \+([0-9.]+) ms, answered \+([0-9.]+) ms "
+                         r"\(in the daemon ([0-9.]+) ms\), written \+([0-9.]+) ms$", re.M)
+PROVING = ("ntt", "msm", "blind")  # the daemon's phases shown together as "prove"
+
+
+def call_breakdown(run: Run) -> dict[str, float] | None:
+    """Where one `cuzk prove --verbose` call on a daemon spent its wall time (seconds), from the client's timeline and
+    the daemon's phases, every part measured; None when the call did not print them (an older daemon, gRPC):
+
+    - client start-up: the process started → cuzk's ``main`` (the interpreter, its imports);
+    - client to request: ``main`` → the request sent (arguments, finding the daemon, the client's imports);
+    - transport: the round trip less the daemon's own time on the request;
+    - daemon: its job's phases (intake, queue, key_load, check, synthesize, prove = ntt + msm + blind, verify, answer:
+      the result's commit and the wake-up) and the rest of its time on the request ("daemon other": hand-offs between
+      its threads, journaling the start, the HTTP handler);
+    - client after answer: the answer read → proof.json and public.json written;
+    - client exit: the interpreter's teardown, until the process was reaped."""
+    client, daemon = CLIENT_LINE.search(run.stderr), DAEMON_LINE.search(run.stderr)
+    if client is None or daemon is None:
+        return None
+    main_at = float(client.group(1))
+    sent, answered, served, written = (float(client.group(i)) / 1000 for i in range(2, 6))
+    phases = {name: float(ms) / 1000 for name, ms in re.findall(r"(\w+) ([0-9.]+) ms", daemon.group(1))}
+    parts = {"client start-up": main_at - run.started_at, "client to request": sent}
+    parts["transport"] = answered - sent - served
+    named: dict[str, float] = {}  # in the daemon's order, ntt + msm + blind as one "prove"
+    for name, seconds in phases.items():
+        shown = "prove" if name in PROVING else name
+        named[shown] = named.get(shown, 0.0) + seconds
+    parts.update({f"daemon {name}": seconds for name, seconds in named.items()})
+    parts["daemon other"] = served - sum(named.values())
+    parts["client after answer"] = written - answered
+    parts["client exit"] = run.ended_at - (main_at + written)
+    return parts
+
+
+def print_breakdown(calls: list[Run], python_alone: float) -> None:
+    """The daemon call of median wall time, split by ``call_breakdown`` (its parts add up to its wall time), and the
+    interpreter's own start and exit beside them (``python_alone``: a bare `python -c "import re, sys"`, median)."""
+    call = sorted(calls, key=lambda run: run.wall)[(len(calls) - 1) // 2]
+    parts = call_breakdown(call)
+    if parts is None:
+        print(f"{'':<22} (the daemon's call printed no timeline to split its {call.wall * 1000:.1f} ms by)")
+        return
+    shown = ", ".join(f"{name} {seconds * 1000:.1f}" for name, seconds in parts.items())
+    print(f"{'':<22} the median daemon call, {call.wall * 1000:.1f} ms = {shown} ms "
+          f"(python alone starts and exits in {python_alone * 1000:.1f} ms)", flush=True)
 
 
 def verifies(d: Path, proof: Path, public: Path) -> bool:
@@ -136,6 +201,7 @@ def main(argv: list[str]) -> int:
         # imports, ~5 ms a call).
         cuzk = [sys.executable, "-c", "import re, sys; from cuzk.cli import run; "
                 "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', 'cuzk'); sys.exit(run())", "prove"]
+        python_alone = [sys.executable, "-c", "import re, sys"]  # the interpreter's own start and exit, cuzk's command without cuzk
         local = [*cuzk, "--local", "--verbose", *(["--backend", args.backend] if args.backend != "auto" else [])]
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
@@ -143,34 +209,35 @@ def main(argv: list[str]) -> int:
         # The daemon a script gets from `cuzk prove --keep-daemon`, in a data directory (and socket) of the run's own.
         daemon_env = {**env, "CUZK_DATA_DIR": str(out / "daemon"), "CUZK_HTTP": "127.0.0.1:0"} if args.daemon else None
         for i, d in enumerate(dirs if daemon_env else []):  # the daemon's first proof of a key reads it: a script's Nth does not
-            wall, _, _ = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
-                                  daemon_env)
+            first = run_seconds([*cuzk, "--keep-daemon", str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)],
+                                daemon_env)
             if i == 0:
-                print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {wall:.2f} s")
+                print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {first.wall:.2f} s")
         print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   "
               "CPU s: rapidsnark, daemon's client   local: phases / the rest")
         try:
             for d in dirs:
                 files = [str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)]
-                peer_s, ours, phases, served, peer_cpu, client_cpu = [], [], [], [], [], []
+                peer_s, ours, phases, served, peer_cpu, client_cpu, bare = [], [], [], [], [], [], []
                 for _ in range(args.repeat):
                     if peer is not None:
-                        wall, cpu, _ = run_seconds([str(peer), *files], env)
-                        peer_s.append(wall)
-                        peer_cpu.append(cpu)
+                        run = run_seconds([str(peer), *files], env)
+                        peer_s.append(run.wall)
+                        peer_cpu.append(run.cpu)
                         assert verifies(d, proof, public), f"rapidsnark's proof of {d.name} does not verify"
-                    wall, _, stderr = run_seconds([*local, *files], env)
+                    run = run_seconds([*local, *files], env)
                     assert verifies(d, proof, public), f"cuzk's proof of {d.name} does not verify"
-                    ours.append(wall)
-                    phases.append(phase_seconds(stderr))
+                    ours.append(run.wall)
+                    phases.append(phase_seconds(run.stderr))
                     if daemon_env:
-                        wall, cpu, _ = run_seconds([*cuzk, *files], daemon_env)
-                        served.append(wall)
-                        client_cpu.append(cpu)
+                        run = run_seconds([*cuzk, "--verbose", *files], daemon_env)
+                        served.append(run)
+                        client_cpu.append(run.cpu)
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"
+                        bare.append(run_seconds(python_alone, env).wall)
                 p = statistics.median(peer_s) if peer_s else None
                 o, ph = statistics.median(ours), statistics.median(phases)
-                v = statistics.median(served) if served else None
+                v = statistics.median(run.wall for run in served) if served else None
                 cpus = "  ".join(f"{statistics.median(c):.3f}" if c else "    -" for c in (peer_cpu, client_cpu))
 
                 def cell(t: float | None, width: int) -> str:
@@ -181,6 +248,8 @@ def main(argv: list[str]) -> int:
 
                 print(f"{d.name:<22} {cell(p, 10)} {cell(o, 7)} {ratio(o)}  {cell(v, 7)} {ratio(v)}   {cpus:>30}   "
                       f"{ph:.3f} s / {o - ph:.3f} s", flush=True)
+                if served:
+                    print_breakdown(served, statistics.median(bare))
         finally:
             if daemon_env:
                 stop_daemon(out / "daemon")

@@ -80,6 +80,20 @@ def _serve_unix(path, answer):
     return server
 
 
+@pytest.mark.parametrize("text", ["/tmp/keys/sha256_32B.zkey", "sha", "a b/c?d#e%f", "ключ.zkey", "", "x+y&z=1"])
+def test_the_local_http_client_writes_urls_as_urllib_parse_does(text):
+    """The client writes plain URL parts itself (no urllib.parse import) and leaves the rest to urllib.parse: the same
+    URL either way."""
+    from urllib.parse import quote, urlencode
+
+    from cuzk.local_client import url_quote, url_query
+
+    assert url_quote(text) == quote(text, safe="")
+    fields = {"priority": "normal", "request_id": text, "timeout_s": 1e9}
+    assert url_query(fields) == urlencode(fields)
+    assert url_query({"timeout_s": 0.001}) == urlencode({"timeout_s": 0.001})
+
+
 def test_the_local_http_client_reads_the_daemons_answer_and_names_what_is_not_one(tmp_path):
     """``LocalHttpClient`` speaks HTTP/1.0 on the socket itself (no http.client): a whole answer becomes the proof, an
     answer cut short is a daemon that went away (retried within the grace, then DaemonUnavailable), and something
@@ -98,7 +112,8 @@ def test_the_local_http_client_reads_the_daemons_answer_and_names_what_is_not_on
         requests.append(request)
         body = json.dumps({"proof": proof, "publicSignals": ["7"]}).encode()
         return (b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\nX-Cuzk-Job-Id: j1\r\n"
-                b'X-Cuzk-Timings: {"msm": 0.5}\r\nContent-Length: ' + str(len(body)).encode() + b"\r\n\r\n" + body)
+                b'X-Cuzk-Timings: {"msm": 0.5}\r\nX-Cuzk-Request-Seconds: 0.25\r\nContent-Length: ' + str(len(body)).encode()
+                + b"\r\n\r\n" + body)
 
     cases = {"whole": whole,
              "cut": lambda request: b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{\"proof\"",
@@ -108,6 +123,8 @@ def test_the_local_http_client_reads_the_daemons_answer_and_names_what_is_not_on
     try:
         result = LocalHttpClient(f"unix:{tmp_path}/whole.sock").prove("k", witness, priority="high")
         assert (result.job_id, result.proof, result.public_signals, result.timings) == ("j1", proof, ["7"], {"msm": 0.5})
+        sent, answered, in_daemon = result.round_trip  # the client's clock around the exchange, the daemon's own time
+        assert sent <= answered and in_daemon == 0.25
         head, _, body = requests[0].partition(b"\r\n\r\n")
         request_line, *headers = head.decode().split("\r\n")
         assert request_line.startswith("POST /v1/prove/k?timeout_s=") and request_line.endswith(" HTTP/1.0")

@@ -356,14 +356,15 @@ def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, cl
 def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client, circuits, tmp_path):
     """The client side of `cuzk prove` loads neither numpy nor numba nor the prover, nor (through the local HTTP
     socket) grpc or protobuf, nor http.client (its email parser and ssl), nor tomllib without a config file, nor
-    argparse, dataclasses, typing or pathlib (a plain command line, no config file): a one-shot call through a daemon
-    pays Python's start-up, not the JIT's or gRPC's."""
+    argparse, dataclasses, typing or pathlib (a plain command line, no config file), nor the socket module's wrappers
+    or urllib.parse (plain paths): a one-shot call through a daemon pays Python's start-up, not the JIT's or gRPC's."""
     toy = circuits["small"]
     proof, public = tmp_path / "proof.json", tmp_path / "public.json"
     script = ("import sys\nfrom cuzk.cli import main\ncode = main(sys.argv[1:])\n"
               "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite', 'grpc', 'google', 'email',\n"
               "                                                         'ssl', 'tomllib', 'argparse', 'dataclasses',\n"
-              "                                                         'typing', 'pathlib') or m == 'http.client'\n"
+              "                                                         'typing', 'pathlib')\n"
+              "             or m in ('http.client', 'socket', 'selectors', 'urllib.parse')\n"
               "             or m.startswith(('cuzk.prover', 'cuzk.backends', 'cuzk.formats', 'cuzk.engine.core'))))\n"
               "sys.exit(code)")
     before = len(client.list_jobs())
@@ -604,7 +605,9 @@ def test_the_local_http_client_proves_as_the_grpc_client_does_and_fails_alike(da
     assert oct(os.stat(local.address[5:]).st_mode & 0o777) == "0o600"  # the socket file's permissions guard it
     before = len(client.list_jobs())
     by_path = local.prove(toy.zkey, toy.witness, priority="high")  # the witness goes as its path, taken
-    assert local.sends_witness_paths and {"msm", "verify"} <= set(by_path.timings)
+    assert local.sends_witness_paths and {"intake", "queue", "msm", "verify", "answer"} <= set(by_path.timings)
+    sent, answered, in_daemon = by_path.round_trip  # the daemon's own time on the request lies within the round trip
+    assert 0 < sum(by_path.timings.values()) <= in_daemon <= answered - sent
     by_name = local.prove(medium.name, medium.witness_bytes(), priority="low", request_id="local-1")  # the bytes
     check_proofs([(by_path, toy), (by_name, medium)], tmp_path)
     jobs = {j.job_id: j for j in client.list_jobs()}

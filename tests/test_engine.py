@@ -148,7 +148,7 @@ def test_proof_round_trip_verifies_with_snarkjs(make_engine, circuits, tmp_path,
     record = engine.await_result(job_id, timeout=SLOW)
     assert record.state is JobState.DONE, record.error
     assert record.public_signals == [str(v) for v in synthesize_public(c)]
-    assert set(record.timings) >= {"synthesize", "ntt", "msm", "verify"}
+    assert set(record.timings) >= {"intake", "queue", "synthesize", "ntt", "msm", "verify"}
     vkey = tmp_path / "vkey.json"
     write_vkey(vkey, vkey_from_zkey(read_zkey(c.zkey)))
     assert snarkjs_verify(vkey, *reversed(write_result(record, tmp_path)))
@@ -293,6 +293,34 @@ def test_unsatisfied_witness_fails_with_a_reason_and_the_engine_keeps_serving(ma
     record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
     assert record.state is JobState.FAILED and "constraint" in record.error
     assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_a_key_registered_with_its_r1cs_holds_it_parsed_in_its_reservation(make_engine, circuits, tmp_path, monkeypatch):
+    """The r1cs is parsed once, with the key's load, not per job: its bytes are in the key's reservation (the one
+    budget), an unsatisfied witness is still refused naming its constraint, and evicting the key frees them."""
+    import cuzk.keys.manager as manager
+
+    c = circuits["small"]
+    parsed: list[Path] = []
+    read = manager.read_r1cs
+    monkeypatch.setattr(manager, "read_r1cs", lambda path: parsed.append(path) or read(path))  # counts, then reads
+    engine = make_engine(keys=())
+    engine.register_key("small", c.zkey, c.r1cs)
+    for _ in range(2):
+        assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
+    assert record.state is JobState.FAILED and "constraint" in record.error
+    assert parsed == [c.r1cs.resolve()]
+    r1cs_bytes = 2 * c.r1cs.stat().st_size
+    (key,) = engine.status()["keys"]
+    assert key["r1cs"] == str(c.r1cs.resolve()) and key["r1cs_bytes"] == r1cs_bytes
+    assert key["tier"] == "hot" and key["reserved_bytes"] == footprint(read_zkey_header(c.zkey), KeyTier.HOT) + r1cs_bytes
+    keys_reserved = engine.budget.snapshot()["by_category"]["key"]["bytes"]
+    assert engine.evict("small") == key["reserved_bytes"]
+    assert engine.budget.snapshot()["by_category"]["key"]["bytes"] == keys_reserved - key["reserved_bytes"]
+    # Loaded again for the next job, with its r1cs: the check still names the constraint.
+    record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
+    assert record.state is JobState.FAILED and "constraint" in record.error and len(parsed) == 2
 
 
 def test_an_internal_value_error_is_not_blamed_on_the_request(make_engine, circuits, monkeypatch):

@@ -160,6 +160,9 @@ def test_a_request_error_in_the_worker_process_fails_the_job_with_its_message(ma
     assert record.state is JobState.FAILED and "constraint" in record.error and "internal" not in record.error
     assert _child(engine)["restarts"] == 0 and engine.budget.snapshot()["by_category"]["working"]["bytes"] == 0
     assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+    # The worker process parses the r1cs per job (sized with the job's working set): the parent's key holds none.
+    (key,) = engine.status()["keys"]
+    assert key["r1cs"] == str(c.r1cs.resolve()) and key["r1cs_bytes"] == 0
 
 
 def test_stop_joins_the_worker_processes(make_engine, circuits):

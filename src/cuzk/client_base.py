@@ -65,16 +65,23 @@ class Unanswered(Exception):
 
 class ProofResult:
     """A job's outcome as a client sees it: its proof (snarkjs's JSON text) and public signals once DONE, else the
-    error. A value: its fields are set once, here (a plain class, not a dataclass, for the import's sake)."""
+    error. A value: its fields are set once, here (a plain class, not a dataclass, for the import's sake).
 
-    __slots__ = ("job_id", "state", "circuit", "request_id", "proof_json", "public_signals", "error", "timings")
+    ``round_trip`` (where the transport tells, the local HTTP socket's): when this client sent the request that was
+    answered and when the answer came (``time.time()``), and the seconds the daemon spent on it — what ``cuzk prove
+    --verbose`` splits a call's time by."""
+
+    __slots__ = ("job_id", "state", "circuit", "request_id", "proof_json", "public_signals", "error", "timings",
+                 "round_trip")
 
     def __init__(self, job_id: str, state: str, circuit: str = "", request_id: str = "", proof_json: str = "",
-                 public_signals: list[str] | None = None, error: str = "", timings: dict[str, float] | None = None):
+                 public_signals: list[str] | None = None, error: str = "", timings: dict[str, float] | None = None,
+                 round_trip: tuple[float, float, float] | None = None):
         self.job_id, self.state, self.circuit, self.request_id = job_id, state, circuit, request_id
         self.proof_json, self.error = proof_json, error
         self.public_signals = [] if public_signals is None else public_signals
         self.timings = {} if timings is None else timings
+        self.round_trip = round_trip
 
     def __repr__(self) -> str:
         return f"ProofResult({', '.join(f'{name}={getattr(self, name)!r}' for name in self.__slots__)})"

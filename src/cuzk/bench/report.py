@@ -4,7 +4,8 @@ Phases of one job, from the engine's own record of it (``started_at`` is stamped
 synthesis worker has the key and the job's memory reservation, so the queue phase includes
 waiting for both):
 
-- queue: submitted → started, less the key load where the engine times it per job;
+- queue: submitted → started, less the key load where the engine times it per job (the engine's ``intake``,
+  checking and journaling the witness, and its ``queue``);
 - key load: the engine's per-job ``key_load`` timing where it reports one; otherwise each
   load of a key the timeline saw (the status counts loads per key and times the latest);
 - synthesis: ``check`` + ``synthesize``;
@@ -33,7 +34,7 @@ from .result import BenchResult, JobOutcome
 
 SCHEMA = 1
 SYNTHESIS_TIMINGS = ("check", "synthesize")
-NOT_PROVE = {"check", "synthesize", "verify", "queue", "key_load"}
+NOT_PROVE = {"check", "synthesize", "verify", "intake", "queue", "key_load"}
 PHASES = ("queue", "key_load", "synthesis", "prover_wait", "prove", "verify", "end_to_end")
 PHASE_LABELS = {"queue": "queue", "key_load": "key load", "synthesis": "synthesis", "prover_wait": "prover wait",
                 "prove": "prove", "verify": "verify", "end_to_end": "end to end"}
@@ -62,7 +63,7 @@ def job_phases(outcome: JobOutcome, info: JobInfo | None) -> dict[str, float]:
     if "verify" in t:
         out["verify"] = t["verify"]
     if "queue" in t:
-        out["queue"] = t["queue"]
+        out["queue"] = t["queue"] + t.get("intake", 0.0)  # the engine's intake (checking and journaling) and its queue
     elif info is not None and info.started_at:
         out["queue"] = max(0.0, info.started_at - info.submitted_at - out.get("key_load", 0.0))
     if info is not None and info.started_at and info.finished_at:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..keys.host import KeyTier
@@ -77,7 +77,7 @@ class Grant:
         self.lease = lease
         self.reservation = reservation
         self.workset = workset
-        self.timings = timings  # queue (submitted → admitted, less the key's part) and key_load
+        self.timings = timings  # intake (a job submitted to this engine), queue (queued → admitted, less the key's part), key_load
         self.unmeasurable = False  # its memory is not only its working set (JIT warm-up, a warm key's page-ins)
         self.implied_peak = 0  # the largest share of a window's peak attributed to it (module docstring)
         self.measured_whole_life = True  # every window of its life was measured: its implied peak may calibrate
@@ -115,7 +115,7 @@ class Admission:
     """Admits jobs against the key manager and the host budget, and learns each circuit's peak."""
 
     def __init__(self, budget: MemoryBudget, keys: KeyManager, journal: Journal, *, on_device: bool,
-                 r1cs_paths: Mapping[str, str], runtime: RuntimeReservation | None = None, measure_peaks: bool = True,
+                 runtime: RuntimeReservation | None = None, measure_peaks: bool = True,
                  devices=None, prover_pids: Callable[[], list[int]] | None = None):
         """``devices`` answers what the proving devices hold (``synthesizes_on_devices``, ``holds_vectors_on_devices``,
         ``why_not_on_devices``) and how many key loads they made (``loads_total``): the key manager, whose VRAM tiers
@@ -126,7 +126,6 @@ class Admission:
         self.devices = devices if devices is not None else keys
         self.journal = journal
         self.on_device = on_device  # jobs are proved on a device backend (sizes the host working set)
-        self._r1cs_paths = r1cs_paths  # the engine's registry, read here
         self._runtime = runtime
         self._probe = PeakProbe(prover_pids) if measure_peaks else None
         self._peaks = journal.saved_peaks()
@@ -155,7 +154,7 @@ class Admission:
         device_vectors = self.on_device and self.devices.holds_vectors_on_devices(circuit)
         path = proving_path(on_device=self.on_device, device_synthesis=device_synthesis, device_vectors=device_vectors)
         return host_working_set(self.keys.header(circuit), on_device=self.on_device, device_synthesis=device_synthesis,
-                                device_vectors=device_vectors, r1cs_path=self._r1cs_paths.get(circuit),
+                                device_vectors=device_vectors, r1cs_path=self.keys.parses_r1cs_per_job(circuit),
                                 measured_bytes=self._peaks.get((circuit, path)),
                                 msm_tables=self.keys.holds_msm_tables(circuit))
 
@@ -207,7 +206,9 @@ class Admission:
             except BaseException:
                 lease.release()
                 raise
-            timings = {"queue": max(0.0, time.time() - job.submitted_at - key_load), "key_load": key_load}
+            timings = {"queue": max(0.0, time.time() - job.queued_at - key_load), "key_load": key_load}
+            if job.intake_s is not None:
+                timings = {"intake": job.intake_s, **timings}
             grant = Grant(self, job.circuit, lease, reservation, workset, timings)
             self._begin_measure(grant)
             return grant

@@ -23,9 +23,10 @@ The API, all thread-safe:
   ``proof``/``public_signals``, FAILED with ``error``, or CANCELLED). ``AwaitTimeout`` when
   not finished in time, ``EngineStopped`` when the engine stopped first (the job is then
   replayed by the next engine on this data directory), ``UnknownJobError``. A DONE record's
-  ``timings`` (seconds) are its phases: ``queue`` (submitted → admitted with its key and
-  working set, less the key's part), ``key_load`` (waiting for room for the key and loading
-  it; ~0 when resident), ``check``/``synthesize``, ``ntt``/``msm``/``blind``, ``verify``.
+  ``timings`` (seconds) are its phases: ``intake`` (its ``submit``: the witness checked and
+  journaled), ``queue`` (queued → admitted with its key and working set, less the key's part;
+  a replayed job's counts from its submission), ``key_load`` (waiting for room for the key and
+  loading it; ~0 when resident), ``check``/``synthesize``, ``ntt``/``msm``/``blind``, ``verify``.
 - ``get(job_id) -> JobRecord`` (now, without waiting), ``list_jobs(states, circuit, limit)``.
 - ``cancel(job_id) -> bool`` — works at every stage. A queued job, or a synthesized one
   waiting for a device, is CANCELLED when this returns; one that a worker holds (waiting
@@ -159,7 +160,6 @@ class Engine(TrackedJobs):
                                    msm_tables=config.cpu_msm_tables if not on_device and self.backends else False)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
-            self._r1cs: dict[str, str] = {}  # key name → .r1cs path, for the satisfaction check
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
             if self.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)
@@ -176,7 +176,7 @@ class Engine(TrackedJobs):
             self._dir_lock.release()
             raise
         self.tracker = JobTracker(self.journal)
-        self.admission = Admission(budget, self.keys, self.journal, on_device=on_device, r1cs_paths=self._r1cs,
+        self.admission = Admission(budget, self.keys, self.journal, on_device=on_device,
                                    runtime=self.runtime, measure_peaks=config.measure_peaks, devices=self._procs,
                                    prover_pids=self._procs.pids if self._procs is not None else None)
         headers = [self.keys.header(name) for name in self.keys.names()]
@@ -256,12 +256,12 @@ class Engine(TrackedJobs):
         stages, tracker = self._stages, self.tracker
         for i in range(self.synth_workers):
             state = self._worker(f"synth-{i}", "synthesis")
-            self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission, self._r1cs,
+            self._synth_threads.append(spawn(state.name, SynthesisWorker(state, stages, tracker, self.admission,
                                                                          synthesize_here=self._procs is None).run))
         policy = DeviceErrorPolicy(self.config.device_errors_per_job, stages, tracker)  # its provers enlist as made
         if self._procs is not None:  # K lanes per worker process, each feeding it one job at a time
             self._device_threads += [spawn(lane.state.name, lane.run) for lane in self._procs.lanes(
-                lambda name, device: self._worker(name, "proving", device=device), stages, tracker, self._r1cs,
+                lambda name, device: self._worker(name, "proving", device=device), stages, tracker,
                 self.config.max_attempts, policy)]
         provers = [(self._worker(f"prove-{backend.device}-{k}" if is_device_backend(backend) else f"prove-{i}", "proving",
                                  backend), backend)
@@ -334,20 +334,16 @@ class Engine(TrackedJobs):
         if r1cs_path is not None and not Path(r1cs_path).is_file():
             raise JobError(f"r1cs file {r1cs_path} for key {name!r} does not exist")
         calculator = None if wasm_path is None else self.witnesses.prepare(name, zkey_path, wasm_path)
-        self.keys.register(name, zkey_path)
+        self.keys.register(name, zkey_path, r1cs_path)  # the key holds its parsed r1cs while loaded
         if self._procs is not None:  # what its worker processes hold of it, known before any lease asks
             self._procs.describe(name)
         self.witnesses.set(name, calculator)
-        if r1cs_path is None:
-            self._r1cs.pop(name, None)
-        else:
-            self._r1cs[name] = str(Path(r1cs_path).resolve())
-        self.journal.save_key(name, str(Path(zkey_path).resolve()), self._r1cs.get(name),
+        r1cs = self.keys.r1cs_path(name)
+        self.journal.save_key(name, str(Path(zkey_path).resolve()), None if r1cs is None else str(r1cs),
                               None if calculator is None else str(calculator.path))
 
     def unregister_key(self, name: str) -> None:
         self.keys.unregister(name)
-        self._r1cs.pop(name, None)
         self.witnesses.set(name, None)
         self.journal.forget_key(name)
 
@@ -401,11 +397,12 @@ class Engine(TrackedJobs):
         """
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
+        started = time.perf_counter()
         header = self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
         record, created = journal_witness(self.journal, circuit, header, witness, Priority.parse(priority), request_id,
                                           witness_identity)
         if created:
-            self._enqueue(LiveJob(record))
+            self._enqueue(LiveJob(record, intake_s=time.perf_counter() - started))
         return record.job_id
 
     def check_fits(self, circuit: str) -> None:

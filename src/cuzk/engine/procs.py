@@ -397,14 +397,14 @@ class DeviceProcesses:
         return "; ".join(a["why_not"] for a in self._answers(name) if a["why_not"]) if self.on_device else ""
 
     # ---- the rest ---------------------------------------------------------------------------
-    def lanes(self, make_state, stages: Stages, tracker: JobTracker, r1cs_paths, max_attempts: int,
+    def lanes(self, make_state, stages: Stages, tracker: JobTracker, max_attempts: int,
               device_errors: DeviceErrorPolicy) -> list[ProcessLane]:
         """K + ``JOBS_AHEAD`` parent-side lanes per child, each feeding one job at a time to it (so the child synthesizes
         the next while K prove); ``make_state(name, device)``."""
         for child, proofs in zip(self.children, self.proofs_per_device):
             child.lanes = proofs + JOBS_AHEAD
         return [ProcessLane(make_state(f"prove-{child.name.replace(' ', '')}-{k}", child.spec.device), child, stages,
-                            tracker, r1cs_paths, max_attempts, device_errors)
+                            tracker, max_attempts, device_errors)
                 for child, proofs in zip(self.children, self.proofs_per_device) for k in range(proofs + JOBS_AHEAD)]
 
     def warm_up(self, curves: set[str]) -> float:
@@ -471,11 +471,10 @@ class ProcessLane(ProvingWorker):
     proof to the finisher; a device error the child reports goes to the ``DeviceErrorPolicy`` (as an in-process
     worker's), a child's death requeues the job (or fails it after ``max_attempts`` starts)."""
 
-    def __init__(self, state: WorkerState, child: DeviceProcess, stages: Stages, tracker: JobTracker, r1cs_paths,
+    def __init__(self, state: WorkerState, child: DeviceProcess, stages: Stages, tracker: JobTracker,
                  max_attempts: int, device_errors: DeviceErrorPolicy):
         super().__init__(state, stages, tracker, device_errors)
         self.child = child
-        self._r1cs_paths = r1cs_paths
         self.max_attempts = max_attempts
 
     def run(self) -> None:
@@ -485,8 +484,9 @@ class ProcessLane(ProvingWorker):
 
     def _prove(self, job: LiveJob) -> Proof:
         job.checkpoint()
-        return self.child.prove(job, str(job.grant.lease.home.path), str(self.tracker.journal.witness_path(job.id)),
-                                self._r1cs_paths.get(job.circuit),
+        lease = job.grant.lease
+        return self.child.prove(job, str(lease.home.path), str(self.tracker.journal.witness_path(job.id)),
+                                None if lease.r1cs_path is None else str(lease.r1cs_path),
                                 on_proving=lambda: self.tracker.set_state(job, JobState.PROVING))
 
     def _failed(self, job: LiveJob, exc: BaseException) -> bool:

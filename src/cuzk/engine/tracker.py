@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -49,13 +50,17 @@ class AwaitTimeout(TimeoutError):
 class LiveJob:
     """A job while the engine holds it: its cancel flag, its place in the pipeline, what it holds."""
 
-    def __init__(self, record: JobRecord):
+    def __init__(self, record: JobRecord, intake_s: float | None = None):
+        """``intake_s``: seconds its submit took (checking the witness, journaling it), for a job submitted to this
+        engine; None for a replayed one, whose queue time then counts from its submission, the restart included."""
         self.id = record.job_id
         self.circuit = record.circuit
         self.priority = record.priority
         self.seq = record.seq
         self.state = record.state
-        self.submitted_at = record.submitted_at  # wall clock, as journaled: a replayed job's queue time includes the restart
+        self.submitted_at = record.submitted_at  # wall clock, as journaled
+        self.intake_s = intake_s
+        self.queued_at = time.time() if intake_s is not None else record.submitted_at  # wall clock: its queue time's start
         self.cancel_requested = threading.Event()
         self.interrupted = False  # the engine is stopping: leave the job unfinished for replay
         self.done = threading.Event()

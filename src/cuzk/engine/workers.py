@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -29,7 +29,6 @@ from ..backends.base import is_device_backend, is_device_error_on
 from ..backends.selftest import device_self_test
 from ..curves import BN254
 from ..formats.json_io import proof_to_json
-from ..formats.r1cs import read_r1cs
 from ..formats.wtns import read_wtns
 from ..keys.manager import KeyLease, KeyManager
 from ..prover.groth16 import Proof, ProofCancelled, ProvingError, prove_synthesized, synthesize, wait_for_vectors
@@ -86,11 +85,10 @@ class SynthesisWorker:
     they synthesize it themselves, in worker processes)."""
 
     def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission,
-                 r1cs_paths: Mapping[str, str], synthesize_here: bool = True):
+                 synthesize_here: bool = True):
         """``synthesize_here``: False when device worker processes synthesize from the witness file (``engine.procs``):
         this worker then only admits."""
         self.state, self.stages, self.tracker, self.admission = state, stages, tracker, admission
-        self._r1cs_paths = r1cs_paths
         self.synthesize_here = synthesize_here
 
     def run(self) -> None:
@@ -124,11 +122,10 @@ class SynthesisWorker:
 
     def _synthesize_here(self, job: LiveJob) -> None:
         witness = read_wtns(self.tracker.journal.witness_path(job.id))
-        r1cs_path = self._r1cs_paths.get(job.circuit)
-        r1cs = read_r1cs(r1cs_path) if r1cs_path else None
-        job.synthesis = synthesize(job.grant.lease.zkey, witness, r1cs=r1cs, cancelled=job.cancelled,
+        lease = job.grant.lease  # with the r1cs parsed when the key was loaded, if it has one
+        job.synthesis = synthesize(lease.zkey, witness, r1cs=lease.r1cs, cancelled=job.cancelled,
                                    defer_ab=job.grant.workset.device_synthesis)  # a/b then made on the device
-        del witness, r1cs
+        del witness
         job.checkpoint()
 
 

@@ -50,8 +50,16 @@ uploaded once per device, kept across proofs, counted while in use, LRU-evicted 
 device's VRAM budget — or the host key when they do not fit. ``synthesizes_on_devices``
 says whether every device can synthesize a key's proofs. ``status()`` lists each key's residency per device.
 
-Footprints are computed from the header alone (``keys.host.footprint``), so admission can
-refuse a job that could never fit before it loads anything.
+A key registered with its circuit's ``.r1cs`` (the satisfaction check that names a constraint
+an unsatisfied witness breaks) holds the parsed constraint system beside its arrays while it
+is loaded, so a job never parses the file: read with the key (its file's page cache dropped
+then), counted in the key's reservation (``r1cs_resident_bytes``: the same bound a proof that
+parses it itself is sized by) and freed with it. Where the device worker processes hold the
+proving copies (``provers_hold_keys``) they parse it per job, and it is theirs to size
+(``r1cs_path``).
+
+Footprints are computed from the header alone (``keys.host.footprint``) and, with an r1cs, its
+file's size, so admission can refuse a job that could never fit before it loads anything.
 """
 
 from __future__ import annotations
@@ -61,15 +69,16 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..backends.base import Backend, DeviceBackend, is_device_backend
+from ..formats.r1cs import R1CS, read_r1cs
 from ..formats.zkey import ZKey, ZKeyHeader, read_zkey, read_zkey_header
 from ..memory.budget import AcquireTimeout, MemoryBudget, Reservation
 from ..memory.pinned import HostAllocator, default_allocator
 from ..memory.units import MiB, format_size
-from ..prover.sizing import holds_device_vectors
+from ..prover.sizing import holds_device_vectors, r1cs_resident_bytes
 from .device import DeviceKeyLease, DeviceKeys, DeviceKeyTooLarge, KeyFile
 from .errors import KeyInUseError, KeyLoadCancelled, KeyManagerError, UnknownKeyError
 from .host import (PAGE, HostBuffer, KeyTier, drop_page_cache, footprint, load_device_home, load_hot, load_peak,
@@ -108,6 +117,9 @@ class _Entry:
     extras: dict | None = None  # per-key data derived by users (e.g. the prepared verification key); survives eviction
     msm_tables: bool = False  # a hot copy holds window tables for its MSMs (decided at registration: ``msm_tables``)
     table_seconds: float = 0.0  # the last load's table build
+    r1cs_path: Path | None = None  # the circuit's constraint system, for the satisfaction check
+    r1cs_bytes: int = 0  # what the parsed r1cs is counted as while loaded (``r1cs_resident_bytes``)
+    r1cs: R1CS | None = None  # parsed, while the key is loaded (and this process proves: not ``provers_hold_keys``)
 
 
 class KeyLease:
@@ -118,6 +130,7 @@ class KeyLease:
         self._entry = entry
         self.name = entry.name
         self.zkey: ZKey = entry.zkey
+        self.r1cs: R1CS | None = entry.r1cs  # the key's parsed r1cs, when registered with one (module docstring)
         self.tier = entry.tier
         self._released = False
 
@@ -132,6 +145,11 @@ class KeyLease:
         return KeyFile(entry.path, entry.header, entry.ring) if self.tier is KeyTier.DEVICE else None
 
     @property
+    def r1cs_path(self) -> Path | None:
+        """The circuit's .r1cs the key was registered with (a device worker process parses it per job)."""
+        return self._entry.r1cs_path
+
+    @property
     def extras(self) -> dict:
         """A dict that lives with the key's registration (cache derived data here, e.g. a prepared vkey)."""
         return self._entry.extras
@@ -139,7 +157,7 @@ class KeyLease:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self.zkey = None
+            self.zkey = self.r1cs = None
             self._manager._release(self._entry)
 
     def __enter__(self) -> KeyLease:
@@ -218,20 +236,25 @@ class KeyManager:
         return self._prover_copy(entry.name, entry.path, entry.header)
 
     # ---- registration -------------------------------------------------------------------
-    def register(self, name: str, path: str | os.PathLike) -> ZKeyHeader:
-        """Make ``name`` refer to the .zkey at ``path`` (cold); the header is read and validated now."""
+    def register(self, name: str, path: str | os.PathLike, r1cs_path: str | os.PathLike | None = None) -> ZKeyHeader:
+        """Make ``name`` refer to the .zkey at ``path`` (cold), with the circuit's ``r1cs_path`` when given (parsed
+        with each load of the key); the key's header is read and validated now."""
         if not name or not isinstance(name, str):
             raise KeyManagerError(f"key name must be a non-empty string, got {name!r}")
         path = Path(path)
         header = read_zkey_header(path)  # FormatError (a ValueError) names the file and what is wrong
+        r1cs = None if r1cs_path is None else Path(r1cs_path).resolve()
+        r1cs_bytes = 0 if r1cs is None else r1cs_resident_bytes(r1cs)
         with self._lock:
             old = self._entries.get(name)
             if old is not None:
-                if old.path == path.resolve():
+                if old.path == path.resolve() and old.r1cs_path == r1cs:
                     return old.header
                 if old.refcount or old.loading is not None:
-                    raise KeyInUseError(f"key {name!r} is in use; cannot re-register it to {path}")
-            self._entries[name] = _Entry(name, path.resolve(), header, extras={}, msm_tables=self._wants_tables(header))
+                    raise KeyInUseError(f"key {name!r} is in use; cannot re-register it to {path}"
+                                        + (f" with {r1cs}" if r1cs is not None else ""))
+            self._entries[name] = _Entry(name, path.resolve(), header, extras={}, msm_tables=self._wants_tables(header),
+                                         r1cs_path=r1cs, r1cs_bytes=r1cs_bytes)
         if old is not None:
             self._unload(old)
             self._drop_device_copies(name)
@@ -273,7 +296,21 @@ class KeyManager:
         with self._lock:
             entry = self._get(name)
         return (footprint(entry.header, tier, chunk_bytes=self.chunk_bytes, msm_tables=entry.msm_tables)
-                + self._prover_bytes(entry, tier))
+                + self._prover_bytes(entry, tier) + self._r1cs_bytes(entry, tier))
+
+    def _r1cs_bytes(self, entry: _Entry, tier: KeyTier) -> int:
+        """What the key's parsed r1cs is counted as at ``tier``: held while loaded, unless the provers parse it per job."""
+        return entry.r1cs_bytes if tier is not KeyTier.COLD and not self.provers_hold_keys else 0
+
+    def r1cs_path(self, name: str) -> Path | None:
+        """The .r1cs ``name`` was registered with (None without one)."""
+        with self._lock:
+            return self._get(name).r1cs_path
+
+    def parses_r1cs_per_job(self, name: str) -> Path | None:
+        """The .r1cs each proof of ``name`` parses itself (the device worker processes do: sized with its working
+        set), or None: none registered, or the loaded key holds it parsed."""
+        return None if not self.provers_hold_keys else self.r1cs_path(name)
 
     def holds_msm_tables(self, name: str) -> bool:
         """Whether ``name``'s hot copy holds MSM window tables (its proofs' MSM scratch grows with them: sizing)."""
@@ -432,11 +469,17 @@ class KeyManager:
         header = entry.header
         label = f"key {entry.name} ({tier.value})"
         tables = entry.msm_tables and tier is KeyTier.HOT
-        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes, tables) + self._prover_bytes(entry, tier),
-                                    label, cancelled)
+        r1cs_bytes = self._r1cs_bytes(entry, tier)
+        reservation = self._reserve(load_peak(header, tier, self.chunk_bytes, tables) + self._prover_bytes(entry, tier)
+                                    + r1cs_bytes, label, cancelled)
         t0 = time.perf_counter()
         table_seconds = 0.0
         try:
+            r1cs = None
+            if entry.r1cs_path is not None and not self.provers_hold_keys:
+                # Its file's mapping (the wire labels' view) is not kept, and the file's cached pages are dropped.
+                r1cs = replace(read_r1cs(entry.r1cs_path), wire_to_label=None)
+                drop_page_cache(entry.r1cs_path)
             if tier is KeyTier.HOT:
                 zkey, buffer = load_hot(entry.path, header, self.allocator, self.chunk_bytes)
                 if tables:  # built inside the load's reservation, its transient part (the ring's) covering the scratch
@@ -449,7 +492,8 @@ class KeyManager:
                     table_seconds = time.perf_counter() - t
                     log.info("key %s: MSM window tables (%s) built in %.2f s", entry.name,
                              format_size(msm_table_bytes(header)), table_seconds)
-                reservation.release(reservation.nbytes - footprint(header, KeyTier.HOT, msm_tables=tables))  # transient
+                transient = reservation.nbytes - footprint(header, KeyTier.HOT, msm_tables=tables) - r1cs_bytes
+                reservation.release(transient)
             elif tier is KeyTier.DEVICE:
                 entry.ring = StagingRing(self.allocator, read_chunk_bytes(header, self.chunk_bytes), turns=self._ring_turns)
                 zkey, buffer = load_device_home(entry.path, header, entry.ring), None
@@ -461,6 +505,7 @@ class KeyManager:
             raise
         with self._lock:
             entry.zkey, entry.buffer, entry.reservation, entry.tier = zkey, buffer, reservation, tier
+            entry.r1cs = r1cs
             entry.loads += 1
             entry.load_seconds = time.perf_counter() - t0
             entry.table_seconds = table_seconds
@@ -585,7 +630,7 @@ class KeyManager:
 
     @staticmethod
     def _mark_cold(entry: _Entry) -> None:
-        entry.zkey = entry.buffer = entry.reservation = entry.ring = None
+        entry.zkey = entry.buffer = entry.reservation = entry.ring = entry.r1cs = None
         entry.tier = KeyTier.COLD
 
     def _free(self, path: Path, buffer: HostBuffer | None, reservation: Reservation) -> None:
@@ -644,6 +689,8 @@ class KeyManager:
                     "reserved_bytes": e.reservation.nbytes if e.reservation else 0,
                     "hot_bytes": footprint(e.header, KeyTier.HOT, msm_tables=e.msm_tables),
                     "msm_table_bytes": msm_table_bytes(e.header) if e.msm_tables else 0,
+                    "r1cs": str(e.r1cs_path) if e.r1cs_path else None,
+                    "r1cs_bytes": self._r1cs_bytes(e, KeyTier.HOT),  # held beside any loaded tier's
                     "warm_bytes": footprint(e.header, KeyTier.WARM),
                     "device_home_bytes": footprint(e.header, KeyTier.DEVICE, chunk_bytes=self.chunk_bytes),
                     "idle_s": None if e.tier is KeyTier.COLD or e.refcount else round(now - e.last_used, 3),

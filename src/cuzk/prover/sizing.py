@@ -133,6 +133,12 @@ def proving_path(*, on_device: bool, device_synthesis: bool = False, device_vect
     return "device" + ("+vectors" if device_vectors else "") + ("+synthesis" if device_synthesis else "")
 
 
+def r1cs_resident_bytes(path: str | os.PathLike) -> int:
+    """Bytes a parsed .r1cs takes (its CSR arrays): at most twice its file (a term's wire and coefficient keep their
+    size; a row's u32 count becomes an int64 offset)."""
+    return 2 * os.path.getsize(path)
+
+
 def slack_bytes() -> int:
     """What a proof allocates beyond its vectors and scratch (the module docstring's allocator slack)."""
     return JOB_SLACK_BYTES + numba.config.NUMBA_NUM_THREADS * THREAD_SLACK_BYTES
@@ -159,7 +165,7 @@ def host_working_set(header: ZKeyHeader, *, on_device: bool, device_synthesis: b
         abc += N * E + 8 * N
         rest += max(cpu_msm_scratch_bytes(header, V, 2, msm_tables), cpu_msm_scratch_bytes(header, N, 1, msm_tables))
     if r1cs_path is not None:
-        rest += 2 * os.path.getsize(r1cs_path)
+        rest += r1cs_resident_bytes(r1cs_path)
     estimated = abc + rest
     if measured_bytes is not None:
         target = min(max(estimated, measured_bytes), int(measured_bytes * CALIBRATION_HEADROOM))

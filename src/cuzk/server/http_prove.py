@@ -6,7 +6,10 @@ the .wtns file itself (``Content-Type: application/octet-stream``); ``priority``
 ``request_id`` may ride along in the JSON (or the query, with a .wtns body), ``?timeout_s=``
 bounds the wait. The answer is ``{"proof": ..., "publicSignals": [...]}`` in snarkjs's layout
 (proof.json and public.json in one document), the job id in ``X-Cuzk-Job-Id``, the phase
-timings (seconds, JSON) in ``X-Cuzk-Timings``. The same bearer token as the TCP gRPC
+timings (seconds, JSON) in ``X-Cuzk-Timings`` (the job's, and ``answer``: its finish — the
+journal's commit of its result — to this answer), and the seconds the daemon spent on the
+request (body read to answer) in ``X-Cuzk-Request-Seconds``, so a client can tell the
+transport's share of its round trip. The same bearer token as the TCP gRPC
 listeners guards it (over TLS when the daemon has a certificate); a daemon without a token
 does not prove over HTTP at all.
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +98,7 @@ class HttpProver:
         return n
 
     def prove(self, key: str, content_type: str, body: bytes, query: dict[str, list[str]]) -> Answer:
+        started, started_at = time.perf_counter(), time.time()
         try:
             timeout = float(query.get("timeout_s", [DEFAULT_TIMEOUT_S])[0])
             if not timeout > 0:
@@ -112,7 +117,10 @@ class HttpProver:
             record = self.engine.await_result(job_id, timeout)
         except Exception as exc:  # noqa: BLE001 — each kind is answered with its status; the daemon keeps serving
             return answer_for(exc)
-        return _answer_for_record(record)
+        # From the job's finish (or this request, for a job finished before it came) to now: the result's commit and
+        # the wake-up of this request's thread.
+        answer_s = max(0.0, time.time() - max(record.finished_at or started_at, started_at))
+        return _answer_for_record(record, answer_s, started)
 
     def _submit_json(self, key: str, request: dict[str, Any]) -> str:
         priority, request_id = request.get("priority", "normal"), request.get("request_id")
@@ -157,11 +165,14 @@ def answer_for(exc: Exception) -> Answer:
     return error(500, f"internal error: {type(exc).__name__}: {exc}")
 
 
-def _answer_for_record(record: JobRecord) -> Answer:
+def _answer_for_record(record: JobRecord, answer_s: float, started: float) -> Answer:
+    """The answer to a request that waited for ``record``; ``started``: the request's ``perf_counter`` at its start."""
     job = (("X-Cuzk-Job-Id", record.job_id),)
     if record.state is JobState.DONE:
         body = dumps_like_snarkjs({"proof": record.proof, "publicSignals": record.public_signals})
-        return Answer(200, body.encode(), headers=job + (("X-Cuzk-Timings", json.dumps(record.timings or {})),))
+        timings = json.dumps({**(record.timings or {}), "answer": answer_s})
+        return Answer(200, body.encode(), headers=job + (("X-Cuzk-Timings", timings),
+                                                         ("X-Cuzk-Request-Seconds", f"{time.perf_counter() - started:.6f}")))
     if record.state is JobState.CANCELLED:
         return Answer(409, error(409, f"job {record.job_id} was cancelled").body, headers=job)
     status = 500 if (record.error or "").startswith("internal error") else 400
