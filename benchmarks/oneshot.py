@@ -17,7 +17,10 @@ start-up, imports, numba's cache loads. Under each circuit's row, the daemon cal
 time is split into measured parts that add up to it (`call_breakdown`: the client's start-up,
 its work before the request and after the answer, its exit, the transport, and the daemon's
 job phases), from the timeline `cuzk prove --verbose` prints, beside a bare interpreter's start
-and exit.
+and exit. Where `curl` is installed, the same proof is also asked of the daemon by curl on its
+local HTTP socket (`POST /v1/prove/<key>`, the .wtns as the body; the answer is one JSON
+document, proof and publicSignals, as rapidsnark's proverServer answers): what a client that is
+not a Python process pays, shown apart from the `cuzk prove` ratio.
 `--synthetic 16` adds a synthetic circuit of 2^16 constraints with a test-only cuzk key
 (rapidsnark reads snarkjs-format keys, so it proves the same file). Every proof of every round
 is checked with cuzk's verifier against the key's verification key, so a fast wrong proof
@@ -34,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -50,6 +55,8 @@ REPO = Path(__file__).resolve().parents[1]
 CORPUS = Path(os.environ.get("CUZK_CORPUS") or REPO.parent / "shared" / "corpus")  # env: a worktree elsewhere, as tests/conftest.py
 RAPIDSNARK = Path(os.environ.get("RAPIDSNARK") or REPO.parent / "shared" / "peers" / "rapidsnark")
 sys.path.insert(0, str(REPO / "src"))  # this checkout's cuzk, here as in the provers it starts
+from cuzk.addresses import SOCKET_NAME  # noqa: E402  (after the path above)
+from cuzk.local_client import local_http_socket  # noqa: E402
 
 
 class Run(NamedTuple):
@@ -154,6 +161,23 @@ def synthetic_circuit(log2: int, out: Path) -> Path:
     return d
 
 
+def curl_prove(curl: str, socket: Path, d: Path, answer: Path) -> list[str]:
+    """curl's command asking the daemon on its local HTTP socket to prove ``d``'s witness with its key (by path)."""
+    from cuzk.local_client import PROVE_PATH, url_quote
+
+    return [curl, "-sS", "--fail-with-body", "--unix-socket", str(socket), "-H", "Content-Type: application/octet-stream",
+            "--data-binary", f"@{d / 'witness.wtns'}", "-o", str(answer),
+            f"http://localhost{PROVE_PATH}{url_quote(str((d / 'circuit.zkey').resolve()))}"]
+
+
+def answer_verifies(d: Path, answer: Path, out: Path) -> bool:
+    """The daemon's HTTP answer (proof and publicSignals in one document) checked as the files snarkjs writes."""
+    doc = json.loads(answer.read_text())
+    (out / "curl_proof.json").write_text(json.dumps(doc["proof"]))
+    (out / "curl_public.json").write_text(json.dumps(doc["publicSignals"]))
+    return verifies(d, out / "curl_proof.json", out / "curl_public.json")
+
+
 def stop_daemon(data_dir: Path) -> None:
     """SIGTERM to the supervisor of the daemon in ``data_dir`` (the benchmark's own), then wait until it is gone."""
     from cuzk.engine.supervisor import SupervisorState
@@ -213,12 +237,14 @@ def main(argv: list[str]) -> int:
                                 daemon_env)
             if i == 0:
                 print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {first.wall:.2f} s")
+        curl = shutil.which("curl") if daemon_env else None
+        daemon_socket = Path(local_http_socket(out / "daemon" / SOCKET_NAME))
         print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   "
               "CPU s: rapidsnark, daemon's client   local: phases / the rest")
         try:
             for d in dirs:
                 files = [str(d / "circuit.zkey"), str(d / "witness.wtns"), str(proof), str(public)]
-                peer_s, ours, phases, served, peer_cpu, client_cpu, bare = [], [], [], [], [], [], []
+                peer_s, ours, phases, served, peer_cpu, client_cpu, bare, curled = [], [], [], [], [], [], [], []
                 for _ in range(args.repeat):
                     if peer is not None:
                         run = run_seconds([str(peer), *files], env)
@@ -235,6 +261,10 @@ def main(argv: list[str]) -> int:
                         client_cpu.append(run.cpu)
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"
                         bare.append(run_seconds(python_alone, env).wall)
+                    if curl:
+                        answer = out / "answer.json"
+                        curled.append(run_seconds(curl_prove(curl, daemon_socket, d, answer), env).wall)
+                        assert answer_verifies(d, answer, out), f"the daemon's HTTP answer for {d.name} does not verify"
                 p = statistics.median(peer_s) if peer_s else None
                 o, ph = statistics.median(ours), statistics.median(phases)
                 v = statistics.median(run.wall for run in served) if served else None
@@ -250,6 +280,10 @@ def main(argv: list[str]) -> int:
                       f"{ph:.3f} s / {o - ph:.3f} s", flush=True)
                 if served:
                     print_breakdown(served, statistics.median(bare))
+                if curled:
+                    c = statistics.median(curled)
+                    print(f"{'':<22} curl on the daemon's local HTTP socket: {c:.3f} s{f', x{c / p:.2f} rapidsnark' if p else ''}",
+                          flush=True)
         finally:
             if daemon_env:
                 stop_daemon(out / "daemon")
