@@ -384,3 +384,19 @@ if __name__ == "__main__":
         offset, nbytes, chunk = map(int, rest)
         result = _child_read(measure, path, offset, nbytes, chunk, direct=mode == "read")
     print(json.dumps(result))
+
+
+def test_the_warm_up_homes_its_key_on_each_device_and_gives_the_vram_back(monkeypatch):
+    """A device's warm-up also proves from the key homed in its VRAM, as the first real job's key load does (CuPy's own
+    kernels compile on that path), then frees it."""
+    import cuzk.keys.device as device_keys
+    from cuzk.engine.warmup import warm_up
+    from emulated_devices import emulated
+
+    backend = emulated(0)
+    homed = []
+    monkeypatch.setattr(device_keys, "load_from_disk", lambda *args: homed.append(args[0]) or load_from_disk(*args))
+    assert warm_up([backend], ["bn128"]) > 0  # the warm-up's proofs verify, or it raises
+    cached = backend.vram.available_bytes  # what stays is what the device caches for a domain (its NTT tables)
+    warm_up([backend], ["bn128"])
+    assert len(homed) == 2 and backend.vram.available_bytes == cached  # the homed key is freed each time

@@ -7,6 +7,11 @@ proof on a curve took seconds (minutes with a cold cache) of which the proving i
 fraction. The circuit is the project's own synthetic one, with a test-only key made in a
 temporary directory, and large enough that its MSMs take the bucket path real keys take
 (more than ``backends.cpu.msm.BIT_MSM_POINTS`` points), not only the few-point one.
+
+On a device the key is also homed there as a real key is (``keys.device.load_from_disk``: its
+bases and coefficients laid out in VRAM) and proved from there, then freed: that path runs
+CuPy's own library kernels (the coefficients' counting sort), which CuPy compiles on a machine's
+first use — 5 to 10 s on an H200 (GPU_NOTES, session 10), once paid by the first job's key load.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ..backends.cpu.msm import BIT_MSM_POINTS
 log = logging.getLogger("cuzk.engine")
 
 WARMUP_CONSTRAINTS = 2 * BIT_MSM_POINTS
+WARMUP_RING_CHUNK = 64 << 10  # the warm-up key's staging chunks: a few per section of its small file
 
 
 def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = False) -> float:
@@ -34,7 +40,7 @@ def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = F
     from ..formats.wtns import read_wtns
     from ..formats.zkey import read_zkey
     from ..keys.host import with_msm_tables
-    from ..prover.groth16 import prove
+    from ..prover import groth16
     from ..prover.setup import setup
     from ..prover.verify import prepare_zkey, verify
 
@@ -51,16 +57,32 @@ def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = F
             runs = [(backend, zkey) for backend in kinds.values()]
             if msm_tables and "cpu" in kinds:
                 runs.append((kinds["cpu"], with_msm_tables(zkey)))
+            if any(is_device_backend(b) for b in kinds.values()):
+                runs += [(backend, None) for backend in kinds.values() if is_device_backend(backend)]  # homed on it
             for backend, key in runs:
                 # On a device: a lane of its own, as each proving worker has, so jobs already running are undisturbed.
                 lane = backend.new_lane() if is_device_backend(backend) else None
+                homed = _home_on_device(zkey_path, zkey, backend) if key is None else None
                 try:
                     with lane or contextlib.nullcontext():
-                        proof = prove(backend, key, witness)
+                        # A homed key's A·w and B·w run on the device, from its resident coefficients (as the engine does).
+                        proof = (groth16.prove(backend, key, witness) if homed is None else groth16.prove_synthesized(
+                            backend, homed, groth16.synthesize(homed, witness, defer_ab=True)))
                 finally:
                     if lane is not None:
                         lane.close()
+                    if homed is not None:
+                        backend.free_key(homed)
                 if not verify(pvk, proof.public_signals, proof):
                     raise RuntimeError(f"the warm-up proof on {curve.name} with the {backend.name} backend does not verify")
             log.info("JIT warm for %s on %s", curve.name, ", ".join(kinds))
     return time.perf_counter() - t
+
+
+def _home_on_device(zkey_path: Path, zkey, backend):
+    """The warm-up key resident on ``backend``'s device as the key manager homes one (``free_key`` gives it back)."""
+    from ..keys.device import load_from_disk
+    from ..keys.stream import StagingRing
+    from ..memory.pinned import PageAlignedAllocator
+
+    return load_from_disk(zkey_path, zkey, backend, StagingRing(PageAlignedAllocator(), WARMUP_RING_CHUNK))
