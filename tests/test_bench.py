@@ -228,7 +228,7 @@ def test_bench_on_the_bundled_example_starts_a_daemon_and_reports(tmp_path, caps
     # The data directory's disk, read on every sample where the kernel has counters for it.
     disk, written = DataDirDisk.of(out / "daemon"), [r["disk_written_bytes"] for r in csv.DictReader((out / "timeline.csv").open())]
     if isinstance(disk, DataDirDisk):
-        assert report["disk"]["device"] == disk.name and f"{disk.name} wrote" in text
+        assert report["disk"]["device"] == disk.name and f"data disk     {disk.name}" in text
         assert all(written) and [int(b) for b in written] == sorted(int(b) for b in written)  # a counter: never falls
     else:
         assert report["disk"]["off_reason"] == disk and not any(written)

@@ -336,7 +336,9 @@ def render(report: dict[str, Any], out_dir) -> list:
     disk = report["disk"]
     if disk["off_reason"]:
         head.add_row("data disk", f"not read ({disk['off_reason']})")
-    elif disk["written_bytes_per_s"] is not None:
+    elif disk["written_bytes_per_s"] is None:
+        head.add_row("data disk", f"{disk['device']}: fewer than two samples in the measured window")
+    else:
         head.add_row("data disk", f"{disk['device']} wrote {format_size(int(disk['written_bytes_per_s']))}/s over the measured "
                      f"window, at most {format_size(int(disk['peak_written_bytes_per_s']))}/s between samples (the journal's "
                      "witnesses among it)")

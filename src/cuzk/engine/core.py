@@ -362,7 +362,8 @@ class Engine(TrackedJobs):
         curves = {self.keys.header(name).curve.name for name in self.keys.names()} or {"bn254"}
         if self._procs is not None:
             return self._procs.warm_up(curves)
-        return warm_up(self.backends, curves, msm_tables=self.keys.msm_tables is not False)
+        return warm_up(self.backends, curves, msm_tables=self.keys.msm_tables is not False,
+                       device_homes=self.config.key_home != "host")
 
     def working_set(self, circuit: str) -> WorkingSet:
         """The host reservation one proof of ``circuit`` takes now (the estimate, calibrated by the measured peak)."""

@@ -185,7 +185,7 @@ class DeviceChild:
     def call_warm_up(self, curves: list[str]) -> float:
         from .warmup import warm_up
 
-        return warm_up([self.backend], curves)
+        return warm_up([self.backend], curves, device_homes=self.spec.key_home != "host")
 
     # ---- proving ----------------------------------------------------------------------------
     def _work(self) -> None:

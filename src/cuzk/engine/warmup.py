@@ -32,9 +32,10 @@ WARMUP_CONSTRAINTS = 2 * BIT_MSM_POINTS
 WARMUP_RING_CHUNK = 64 << 10  # the warm-up key's staging chunks: a few per section of its small file
 
 
-def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = False) -> float:
+def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = False, device_homes: bool = True) -> float:
     """Prove and verify the warm-up circuit on each curve with one backend of each kind; the seconds it took.
-    ``msm_tables``: the CPU backend also builds the key's MSM window tables and proves over them (their kernels)."""
+    ``msm_tables``: the CPU backend also builds the key's MSM window tables and proves over them (their kernels).
+    ``device_homes``: a device also proves from the key homed in its VRAM (not where ``key_home = "host"``)."""
     from ..circuits.synthetic import synthesize, write_synthetic
     from ..curves import curve_by_name
     from ..formats.wtns import read_wtns
@@ -57,7 +58,7 @@ def warm_up(backends: Iterable, curve_names: Iterable[str], msm_tables: bool = F
             runs = [(backend, zkey) for backend in kinds.values()]
             if msm_tables and "cpu" in kinds:
                 runs.append((kinds["cpu"], with_msm_tables(zkey)))
-            if any(is_device_backend(b) for b in kinds.values()):
+            if device_homes:
                 runs += [(backend, None) for backend in kinds.values() if is_device_backend(backend)]  # homed on it
             for backend, key in runs:
                 # On a device: a lane of its own, as each proving worker has, so jobs already running are undisturbed.
