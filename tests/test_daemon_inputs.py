@@ -111,6 +111,34 @@ def test_http_witness_upload(daemon, checks_key, tmp_path):
     check_proof(body["proof"], body["publicSignals"], checks_key[1], tmp_path)
 
 
+def test_http_upload_that_asks_to_continue_is_invited_at_once_and_a_refused_one_is_not(daemon, checks_key, tmp_path):
+    """A client sending ``Expect: 100-continue`` (curl does, above 1 MiB) gets the interim answer before it sends its
+    body — without it curl waits a second per proof — and a request refused on its headers gets its refusal instead."""
+    import socket
+
+    calculator = WitnessCalculator(CHECKS_WASM)
+    witness = wtns_bytes(calculator.curve, calculator.calculate(GOOD))
+    host, port = daemon.http.rsplit(":", 1)
+
+    def ask(token: str) -> tuple[bytes, socket.socket]:
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(f"POST /v1/prove/nowasm HTTP/1.1\r\nHost: x\r\nContent-Type: application/octet-stream\r\n"
+                     f"Content-Length: {len(witness)}\r\nAuthorization: Bearer {token}\r\nExpect: 100-continue\r\n\r\n".encode())
+        return sock.recv(64), sock  # what the daemon says before any body byte was sent
+
+    first, sock = ask(TOKEN)
+    assert first == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.sendall(witness)
+    answer = http.client.HTTPResponse(sock)
+    answer.begin()
+    body = json.loads(answer.read())
+    assert answer.status == 200, body
+    check_proof(body["proof"], body["publicSignals"], checks_key[1], tmp_path)
+    refused, sock = ask("wrong token")
+    sock.close()
+    assert refused.startswith(b"HTTP/1.0 401")
+
+
 @pytest.mark.parametrize("case, key, body, status, message", [
     ("unknown key", "nope", {"input": GOOD}, 404, "nope"),
     ("missing signal", "checks", {"input": REJECTED["missing signal"][0]}, 400, REJECTED["missing signal"][1]),
