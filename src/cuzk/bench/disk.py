@@ -1,8 +1,9 @@
 """The bytes written to the disk under the daemon's data directory, read by the bench on each sample.
 
-Why: every job's witness is written to the journal there before its submit returns (fsync'd by
-default), so at 2^20 and above the disk's write rate, not the GPU, can set the daemon's pace
-(GPU_NOTES, session 9). The bench shows that rate beside the GPU's busy fraction so a run says
+Why: every job's witness is written to the journal there before its submit returns, and reaches
+the disk then (``journal_fsync = true``) or unless its job ends within the delay (the default), so
+at 2^20 and above the disk's write rate, not the GPU, can set the daemon's pace (GPU_NOTES,
+sessions 9–10). The bench shows that rate beside the GPU's busy fraction so a run says
 which of the two was the limit. Read from the kernel's per-device counters
 (``/sys/dev/block/<major>:<minor>/stat``, sectors written, in 512-byte units whatever the
 device's sector size); a directory on a filesystem without a block device of its own (tmpfs,

@@ -9,7 +9,8 @@ one daemon.
 A job's path:
 
 1. ``submit`` checks the witness against the key's header and journals it in the front door's
-   own ``Journal`` (fsync'd) before it returns: accepted means durable.
+   own ``Journal`` before it returns: accepted means it survives the front door's death (on the disk
+   then, or within ``journal_fsync``'s delay).
 2. The dispatcher takes the most urgent job (``Scheduler``) and asks ``routing.route`` over
    each host's last ``HostView``. A job that must wait blocks the ones behind it, as the
    engine's admission does: one job at a time waits for room. The witness becomes a Ray

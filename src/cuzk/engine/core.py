@@ -16,7 +16,7 @@ The API, all thread-safe:
 - ``submit(circuit, witness, priority=NORMAL, request_id=None) -> job_id`` — the witness is
   the .wtns file's bytes or its path (copied into the journal by the kernel, ``intake``). It is
   checked against the key's header (curve, number of signals) and the job is journaled
-  (fsync'd) before this returns; a repeated ``request_id`` returns the first job's id. Raises a
+  before this returns (on the disk then or within ``journal_fsync``'s delay); a repeated ``request_id`` returns the first job's id. Raises a
   ``ValueError`` subclass for an unknown circuit, a malformed or mismatched witness, a request
   id reused for other work.
 - ``await_result(job_id, timeout=None) -> JobRecord`` — the finished record (DONE with

@@ -347,10 +347,10 @@ class Finisher:
     """Verifies, journals and answers each proved job, off the device workers.
 
     A device's next proof need not wait for this one's host-side ending: the pairing check,
-    the journal's fsync'd commit (which queues behind other files' fsyncs while witnesses come
-    in) and giving back the job's memory. The proofs that waited meanwhile are journaled together,
-    one commit for all: one commit per proof (tens of ms each behind the witnesses' fsyncs) was
-    what set the daemon's pace at 2^20 (GPU_NOTES, session 9).
+    the journal's commit (fsync'd with ``journal_fsync = true``, when it queues behind other files'
+    fsyncs while witnesses come in) and giving back the job's memory. The proofs that waited meanwhile
+    are journaled together, one commit for all: one fsync'd commit per proof (tens of ms each behind the
+    witnesses' fsyncs) was what set the daemon's pace at 2^20 (GPU_NOTES, session 9).
     """
 
     def __init__(self, state: WorkerState, stages: Stages, tracker: JobTracker, admission: Admission, verify: bool):
