@@ -107,6 +107,27 @@ def test_journal_fsync_delay_is_kept_by_the_syncer_thread(tmp_path, monkeypatch)
     assert len(synced) == rounds
 
 
+def test_a_sync_round_that_fails_leaves_its_jobs_for_the_next(tmp_path, monkeypatch):
+    import cuzk.engine.journal as journal_module
+
+    synced = _record_fsyncs(monkeypatch)
+    recording = journal_module.os.fsync
+    failures = [OSError(errno.EIO, "injected")]
+
+    def fsync_failing_once(fd):
+        if failures:
+            raise failures.pop()
+        recording(fd)
+
+    j = Journal(tmp_path, fsync=3600.0)
+    job_id = j.submit("c", Priority.NORMAL, b"w" * 100)[0].job_id
+    monkeypatch.setattr(journal_module.os, "fsync", fsync_failing_once)
+    with pytest.raises(OSError, match="injected"):
+        j._sync_round()
+    j.close()  # the last round
+    assert str(j.witness_path(job_id)) in synced
+
+
 def test_replay_fails_a_job_whose_witness_was_lost_with_the_machine(tmp_path):
     """With journal_fsync = false a machine's crash can leave a job's row without all of its witness: replay fails that
     job, naming the file, instead of proving from a cut-short witness (or calling it the client's bad input)."""

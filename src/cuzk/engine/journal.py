@@ -241,17 +241,22 @@ class Journal:
         their directory, then the database's WAL, which holds the rows (so a row on the disk has its witness there)."""
         with self._lock:
             unsynced, self._unsynced = self._unsynced, set()
-        for job_id in unsynced:
-            try:
-                fd = os.open(self.witness_path(job_id), os.O_RDONLY)
-            except FileNotFoundError:  # its job ended and the file is gone: it never needs the disk
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        if unsynced:
-            _fsync_dir(self.witness_dir)
+        try:
+            for job_id in unsynced:
+                try:
+                    fd = os.open(self.witness_path(job_id), os.O_RDONLY)
+                except FileNotFoundError:  # its job ended and the file is gone: it never needs the disk
+                    continue
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            if unsynced:
+                _fsync_dir(self.witness_dir)
+        except OSError:
+            with self._lock:  # tried again next round (those of jobs that ended meanwhile only cost an open)
+                self._unsynced |= unsynced
+            raise
         try:  # fsync'ing the WAL makes every transaction in it durable, as SQLite's synchronous=FULL does at each commit
             fd = os.open(self.data_dir / "journal.sqlite3-wal", os.O_RDONLY)
         except FileNotFoundError:
