@@ -135,6 +135,8 @@ def test_the_data_disk_rate_is_taken_over_the_measured_window_and_a_tmpfs_has_no
     result = SimpleNamespace(disk=disk, samples=samples, measure_started_t=1.0, measure_ended_t=3.0)
     assert disk_summary(result) == {"device": "vda", "off_reason": None, "written_bytes_per_s": 550.0,
                                     "peak_written_bytes_per_s": 1000.0}  # 1100 bytes in 2 s; 1000 in the fastest second
+    short = SimpleNamespace(disk=disk, samples=samples, measure_started_t=2.2, measure_ended_t=2.6)  # no sample inside
+    assert disk_summary(short)["written_bytes_per_s"] == 100.0  # the samples around it: 100 bytes from 2 s to 3 s
     if Path("/dev/shm").is_dir():
         assert "without a block device" in DataDirDisk.of("/dev/shm")
     assert disk_summary(SimpleNamespace(disk="the daemon runs on another machine"))["off_reason"] == "the daemon runs on another machine"

@@ -204,17 +204,23 @@ def gpu_summary(result: BenchResult) -> dict[str, Any]:
 
 
 def disk_summary(result: BenchResult) -> dict[str, Any]:
-    """What the data directory's disk wrote over the measured window (the journal's witnesses among it), and the fastest
-    it wrote between two samples: beside the GPUs' busy fractions, whether the disk set the pace."""
+    """What the data directory's disk wrote over the samples spanning the measured window (the journal's witnesses among
+    it), and the fastest it wrote between two samples: beside the GPUs' busy fractions, whether the disk set the pace."""
     disk = result.disk
     if not isinstance(disk, DataDirDisk):
         return {"device": None, "off_reason": disk or "no sample read it", "written_bytes_per_s": None,
                 "peak_written_bytes_per_s": None}
     start, end = result.measure_started_t, result.measure_ended_t
-    inside = [(s.t_s, s.disk_written_bytes) for s in result.samples if s.disk_written_bytes is not None
-              and start is not None and end is not None and start <= s.t_s <= end]
-    rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(inside, inside[1:]) if t1 > t0]
-    whole = (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0]) if rates else None
+    read = [(s.t_s, s.disk_written_bytes) for s in result.samples if s.disk_written_bytes is not None]
+    if start is None or end is None:
+        read = []
+    # The samples spanning the window: from the last at or before its start to the first at or after its end (a short
+    # run's window may hold none of its own).
+    first = max((i for i, (t, _) in enumerate(read) if t <= start), default=0)
+    last = min((i for i, (t, _) in enumerate(read) if t >= end), default=len(read) - 1)
+    span = read[first:last + 1]
+    rates = [(b1 - b0) / (t1 - t0) for (t0, b0), (t1, b1) in zip(span, span[1:]) if t1 > t0]
+    whole = (span[-1][1] - span[0][1]) / (span[-1][0] - span[0][0]) if rates else None
     return {"device": disk.name, "off_reason": None, "written_bytes_per_s": whole,
             "peak_written_bytes_per_s": max(rates, default=None)}
 
@@ -337,7 +343,7 @@ def render(report: dict[str, Any], out_dir) -> list:
     if disk["off_reason"]:
         head.add_row("data disk", f"not read ({disk['off_reason']})")
     elif disk["written_bytes_per_s"] is None:
-        head.add_row("data disk", f"{disk['device']}: fewer than two samples in the measured window")
+        head.add_row("data disk", f"{disk['device']}: fewer than two samples around the measured window")
     else:
         head.add_row("data disk", f"{disk['device']} wrote {format_size(int(disk['written_bytes_per_s']))}/s over the measured "
                      f"window, at most {format_size(int(disk['peak_written_bytes_per_s']))}/s between samples (the journal's "
