@@ -144,9 +144,10 @@ class Engine(TrackedJobs):
             wanted = config.device_processes
             if process_backend is not None and not (wanted is not False and isinstance(config.devices, list)):
                 raise ValueError("process_backend needs device_processes and devices listed by ordinal")
-            # "auto": worker processes wherever the engine proves on GPUs of its own making (given backends run in-process)
-            ordinals = (config.devices if process_backend is not None else device_ordinals(config)
-                        ) if wanted is True or (wanted == "auto" and backends is None) else None
+            ordinals = None  # the devices' worker processes, by CUDA ordinal (None: none, or a CPU worker's)
+            if wanted is True or (wanted == "auto" and backends is None):  # "auto": given backends run in-process
+                ordinals = config.devices if process_backend is not None else device_ordinals(config)
+            # "auto": worker processes wherever the engine proves on GPUs of its own making
             self.device_processes = wanted if isinstance(wanted, bool) else ordinals is not None
             self.backends = [] if self.device_processes else backends if backends is not None else make_backends(config)
             on_device = ordinals is not None or any(is_device_backend(b) for b in self.backends)
