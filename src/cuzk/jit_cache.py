@@ -3,8 +3,12 @@
 By default numba writes its cache beside the sources (inside site-packages, often read-only,
 and shared by every copy of the package), and its index pickles the module path of each
 type it saw, so an index left by another cuzk (an upgrade, a renamed module) fails to load
-with ModuleNotFoundError instead of being recompiled. The folder is therefore named after
-cuzk's version and the list of its modules: a changed cuzk never reads another's cache.
+with ModuleNotFoundError instead of being recompiled. And numba checks only the source file of
+each cached kernel, while a kernel holds the code it inlined from other files (the field
+arithmetic's LLVM IR, the curve formulas): a changed ``ff/field.py`` would leave every other
+module's kernels running the old arithmetic. The folder is therefore named after cuzk's
+version and a digest of its modules' names, sizes and modification times (numba's own stamp
+for one file, taken over all of them): a changed cuzk never reads another's cache.
 
 numba reads ``NUMBA_CACHE_DIR`` once, when it is imported, so ``use_cache_dir`` runs before
 that; a ``NUMBA_CACHE_DIR`` the user set wins.
@@ -22,11 +26,14 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def build_key() -> str:
-    """cuzk's version and a digest of its module names: what a cached kernel's pickled types depend on."""
+    """cuzk's version and a digest of its modules' names, sizes and modification times: what a cached kernel depends on."""
     from . import __version__
 
-    modules = sorted(str(p.relative_to(_PACKAGE)) for p in _PACKAGE.rglob("*.py"))
-    return f"{__version__}-{hashlib.sha256(chr(0).join(modules).encode()).hexdigest()[:12]}"
+    digest = hashlib.sha256()
+    for path in sorted(_PACKAGE.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(_PACKAGE)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    return f"{__version__}-{digest.hexdigest()[:12]}"
 
 
 def cache_dir(data_dir: str | os.PathLike) -> Path:

@@ -507,8 +507,10 @@ def _table_cost(n_general: int, n_windows: int, c: int, pieces: int) -> int:
 
 
 def _table_pieces(n_general: int, n_windows: int, threads: int) -> int:
-    """Tasks of a table MSM: one per thread, more when a task would sort more than MAX_TASK_POINTS entries."""
-    return max(1, min(n_general, max(threads, -(-n_general * n_windows // MAX_TASK_POINTS))))
+    """Tasks of a table MSM: one per thread, or where a task would sort more than MAX_TASK_POINTS entries, the
+    next multiple of the threads: equal tasks then end together (3 tasks on 2 threads took as long as 4 would)."""
+    rounds = -(-n_general * n_windows // (MAX_TASK_POINTS * threads))
+    return max(1, min(n_general, threads * rounds))
 
 
 def table_window_bits(n: int, scalar_bits: int, threads: int | None = None) -> int:
