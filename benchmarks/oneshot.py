@@ -1,7 +1,7 @@
 """One-shot proving: `cuzk prove` started once per proof, as scripts call a prover, against rapidsnark on the same circuits.
 
 Usage: .venv/bin/python benchmarks/oneshot.py [--repeat N] [--rapidsnark PATH] [--backend B] [--synthetic LOG2 ...]
-                                              [--no-daemon] [circuit_dir ...]
+                                              [--no-daemon] [--client-python PYTHON] [circuit_dir ...]
 
 Defaults to the BN254 circuits of ../shared/corpus (rapidsnark proves BN254 only) and the
 static rapidsnark build in ../shared/peers (or $RAPIDSNARK; without one only cuzk's times are
@@ -201,6 +201,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", default="auto", choices=["auto", "cpu", "cuda"], help="cuzk's backend (default auto, as `cuzk prove`)")
     parser.add_argument("--synthetic", type=int, action="append", default=[], metavar="LOG2", help="add a 2^LOG2 synthetic circuit")
     parser.add_argument("--no-daemon", dest="daemon", action="store_false", help="leave out `cuzk prove` through a local daemon")
+    parser.add_argument("--client-python", type=Path, metavar="PYTHON",
+                        help="the interpreter of the `cuzk prove` calls a daemon answers, and of the bare-interpreter "
+                             "row (default: this one). Such a call imports only the standard library, so a venv made "
+                             "with `python3 -m venv --without-pip` runs it: a user's own environment, without the "
+                             "system site-packages' .pth hooks (on the GPU image numba-cuda's costs ~36 ms a start)")
     args = parser.parse_args(argv)
     peer = args.rapidsnark if args.rapidsnark.is_file() else None
     if peer is None:
@@ -223,9 +228,12 @@ def main(argv: list[str]) -> int:
         proof, public = out / "proof.json", out / "public.json"
         # `cuzk prove` as the `cuzk` script pip writes runs it, its `import re` included (`python -m` would add runpy's
         # imports, ~5 ms a call).
-        cuzk = [sys.executable, "-c", "import re, sys; from cuzk.cli import run; "
-                "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', 'cuzk'); sys.exit(run())", "prove"]
-        python_alone = [sys.executable, "-c", "import re, sys"]  # the interpreter's own start and exit, cuzk's command without cuzk
+        script = ("import re, sys; from cuzk.cli import run; "
+                  "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', 'cuzk'); sys.exit(run())")
+        cuzk = [sys.executable, "-c", script, "prove"]
+        client_python = str(args.client_python or sys.executable)
+        client = [client_python, "-c", script, "prove"]  # the calls the daemon answers
+        python_alone = [client_python, "-c", "import re, sys"]  # the interpreter's own start and exit, cuzk's command without cuzk
         local = [*cuzk, "--local", "--verbose", *(["--backend", args.backend] if args.backend != "auto" else [])]
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
@@ -237,6 +245,8 @@ def main(argv: list[str]) -> int:
                                 daemon_env)
             if i == 0:
                 print(f"the first `cuzk prove --keep-daemon` (starting the daemon, its proof during the JIT warm-up): {first.wall:.2f} s")
+        if daemon_env and args.client_python:
+            print(f"the calls the daemon answers run on {client_python}")
         curl = shutil.which("curl") if daemon_env else None
         daemon_socket = Path(local_http_socket(out / "daemon" / SOCKET_NAME))
         print(f"{'circuit':<22} {'rapidsnark':>10} {'cuzk':>7} {'ratio':>6}  {'daemon':>7} {'ratio':>6}   "
@@ -256,7 +266,7 @@ def main(argv: list[str]) -> int:
                     ours.append(run.wall)
                     phases.append(phase_seconds(run.stderr))
                     if daemon_env:
-                        run = run_seconds([*cuzk, "--verbose", *files], daemon_env)
+                        run = run_seconds([*client, "--verbose", *files], daemon_env)
                         served.append(run)
                         client_cpu.append(run.cpu)
                         assert verifies(d, proof, public), f"the daemon's proof of {d.name} does not verify"

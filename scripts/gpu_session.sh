@@ -56,6 +56,8 @@ for s in "$@"; do
         --warmup 2 --engine "devices=$k" --engine synth_workers=${SYNTHW:-4} --out /tmp/res/$s-${LOGN:-20} --no-progress --no-plot ;;
     proofs) step proofs ${T_PROOFS:-240} bash -c "python3 benchmarks/gpu_ops.py --ops none --cpu-max-log 0 --proofs .gpurun/corpus --out /tmp/res/proofs_corpus.json && python3 benchmarks/gpu_ops.py --ops none --curves bn254 --cpu-max-log 0 --proofs /tmp/cuzk-multi-gpu --out /tmp/res/proofs_2e20.json" ;;
     oneshot) step oneshot ${T_ONESHOT:-300} python3 benchmarks/oneshot.py --backend cuda --repeat ${REPEAT:-3} --rapidsnark .gpurun/rapidsnark ${ONESHOT_ARGS} ;;  # cp ../shared/peers/rapidsnark .gpurun/ first
+    oneshotv) python3 -m venv --without-pip /tmp/cv && step oneshotv ${T_ONESHOT:-300} python3 benchmarks/oneshot.py --backend cuda --repeat ${REPEAT:-3} \
+      --rapidsnark .gpurun/rapidsnark --client-python /tmp/cv/bin/python ${ONESHOT_ARGS} ;;  # the daemon's clients in a venv without the image's site-packages
     pystart) step pystart 90 bash -c 'for flags in "" "-S" "-I"; do t0=$(date +%s%N); for i in 1 2 3 4 5; do python3 $flags -c "import re, sys"; done; \
       echo "python3 $flags -c \"import re, sys\": $(( ($(date +%s%N) - t0) / 5000000 )) ms"; done; python3 -X importtime -c "import re, sys" 2>&1 | sort -t"|" -k2 -n | tail -8; \
       d=$(python3 -c "import site; print(site.getsitepackages()[0])"); echo "$d: $(ls $d | wc -l) entries, .pth: $(ls $d | grep "\.pth$" | tr "\n" " ")"' ;;  # what the interpreter's start costs here
