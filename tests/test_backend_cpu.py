@@ -176,6 +176,32 @@ def test_intt_inverts_ntt_at_parallel_sizes(curve, log_n):
     assert from_mont_rows(F, backend.coset_ntt(curve, a, shift)[i : i + 1]) == [horner]
 
 
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+@pytest.mark.parametrize("log_n", [0, 3, 10, 12])
+def test_coset_evaluations_transform_several_vectors_together(curve, log_n):
+    """The prover's move of A·w, B·w and C to the coset: each as ``coset_ntt(intt(v))`` (checked against the naive DFT
+    above), in one batch whose inputs the list hands over."""
+    F = curve.Fr
+    rng = random.Random(log_n)
+    inputs = [mont_rows(F, [rng.randrange(F.p) for _ in range(1 << log_n)]) for _ in range(3)]
+    shift = curve.fr_root_of_unity(log_n + 1)
+    expected = [backend.coset_ntt(curve, backend.intt(curve, v), shift) for v in inputs]
+    handed = list(inputs)
+    got = backend.coset_evaluations(curve, handed, shift)
+    assert handed == [] and len(got) == 3
+    assert all(np.array_equal(e, g) for e, g in zip(expected, got))
+    # Horner at one point of the coset, for the first vector's interpolated polynomial.
+    coeffs = from_mont_rows(F, backend.intt(curve, inputs[0]))
+    i = (1 << log_n) - 1
+    x = shift * pow(curve.fr_root_of_unity(log_n), i, F.p) % F.p
+    horner = 0
+    for c in reversed(coeffs):
+        horner = (horner * x + c) % F.p
+    assert from_mont_rows(F, got[0][i : i + 1]) == [horner]
+    with pytest.raises(ValueError, match="one length"):
+        backend.coset_evaluations(curve, [inputs[0], np.concatenate([inputs[0], inputs[0]])], shift)
+
+
 def test_ntt_rejects_bad_sizes():
     with pytest.raises(ValueError, match="power of two"):
         backend.ntt(BN254, np.zeros((12, 8), np.uint32))

@@ -237,9 +237,9 @@ def prove_synthesized(
             release_abc()
         c = backend.fr_mul(curve, a, b)
         shift = curve.fr_root_of_unity(zkey.power + 1)
-        a = backend.coset_ntt(curve, backend.intt(curve, a), shift)
-        b = backend.coset_ntt(curve, backend.intt(curve, b), shift)
-        c = backend.coset_ntt(curve, backend.intt(curve, c), shift)
+        on_domain = [a, b, c]
+        del a, b, c  # the list holds the only references: the backend drops each input when done with it
+        a, b, c = backend.coset_evaluations(curve, on_domain, shift)
         h_scalars = backend.fr_from_mont(curve, backend.fr_sub(curve, backend.fr_mul(curve, a, b), c))
         del a, b, c
         timings["ntt"] = time.perf_counter() - t

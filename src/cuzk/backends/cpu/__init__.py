@@ -55,6 +55,9 @@ class CpuBackend:
     def coset_ntt(self, curve: Curve, a: np.ndarray, shift: int) -> np.ndarray:
         return ntt.coset_ntt(curve, a, shift)
 
+    def coset_evaluations(self, curve: Curve, vectors: list, shift: int) -> list:
+        return ntt.coset_evaluations(curve, vectors, shift)
+
     def msm_g1(self, curve: Curve, bases: np.ndarray, scalars: np.ndarray) -> Point:
         return msm.msm_g1(curve, bases, scalars)
 

@@ -93,6 +93,13 @@ class CudaBackend:
     def coset_ntt(self, curve: Curve, a, shift: int):
         return self.transforms.transform(curve, a, inverse=False, shift=shift)
 
+    def coset_evaluations(self, curve: Curve, vectors: list, shift: int) -> list:
+        """One vector after another (each transform fills the device), each input dropped once transformed."""
+        out = []
+        while vectors:
+            out.append(self.coset_ntt(curve, self.intt(curve, vectors.pop(0)), shift))
+        return out
+
     # ---------------------------------------------------------------- MSM
     @on_device
     def upload_bases(self, curve: Curve, group: str, bases) -> DeviceBases:
