@@ -11,8 +11,8 @@ A proof moves three vectors (A·w, B·w, C) from the domain to its coset: ``cose
 transforms them together, each region's tasks spanning all three, with the inverse transform's
 1/n and the coset's shift^i in one pass. One vector's 2^12 NTT has too little work to keep two
 threads busy through a region (one thread did it in 1.1 ms, two in 1.4), and each vector paid
-its own regions and copies: together the three took 20 % less at 2^12 and at 2^15 on the
-2-core machine (8.7-9.3 → 7.1-7.5 ms, 71-77 → 58 ms).
+its own regions and copies: together the three took 13-17 % less on the 2-core machine
+(2^12: 8.6-9.4 → 7.3-8.1 ms; 2^15: 70-74 → 60-64 ms).
 """
 
 from __future__ import annotations
