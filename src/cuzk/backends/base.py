@@ -52,6 +52,7 @@ class Backend(Protocol):
     def coset_ntt(self, curve: Curve, a: np.ndarray, shift: int) -> np.ndarray:
         """Evaluations of the polynomial with coefficients ``a`` on shift·<w>: scale a_i by shift^i, then NTT."""
         ...
+
     def coset_evaluations(self, curve: Curve, vectors: list, shift: int) -> list:
         """For each vector of evaluations on <w>: the evaluations of the same polynomial on shift·<w>
         (``coset_ntt(intt(v), shift)``), the vectors transformed together where the backend gains by it. It takes
