@@ -32,6 +32,16 @@ def test_bench_completes_every_job_through_an_oom_recovery_and_reports_it(memory
     for i in range(N_KEYS):
         keys[f"key{i}"] = tmp_path / f"key{i}.zkey"
         shutil.copyfile(sha.zkey, keys[f"key{i}"])
+    # numba's kernels compiled first, outside the measured cgroup: a cold cache's compile (LLVM: hundreds of MiB) would
+    # raise the peak the limit is sized from, and the bench's engine would then fit and never be OOM-killed (as it did
+    # on a cold cache: every change of cuzk's sources starts a new one, jit_cache.py).
+    warming = DaemonProcess({"key0": keys["key0"]}, engine={"synth_workers": 4}, budget="2GiB")
+    try:
+        with warming.client() as client:
+            client.prove("key0", sha.witness_bytes(), timeout=300)
+    finally:
+        warming.stop()
+        warming.cleanup()
     cg = memory_cgroups(2048 * MiB, oom_counter=True)
     measuring = DaemonProcess({"key0": keys["key0"]}, engine={"synth_workers": 4}, budget="2GiB", cgroup=cg)
     try:
