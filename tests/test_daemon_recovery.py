@@ -52,6 +52,29 @@ def make_daemon():
         d.cleanup()
 
 
+def _tgkill(pid: int, tid: int, sig: int) -> None:
+    """Send ``sig`` to one thread of process ``pid`` (Linux's tgkill; Python has no wrapper)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(234, pid, tid, sig) != 0:  # SYS_tgkill on x86-64
+        raise OSError(ctypes.get_errno(), f"tgkill({pid}, {tid}, {sig})")
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="tgkill's syscall number is x86-64's")
+def test_a_sigterm_the_kernel_hands_to_another_thread_still_stops_the_engine(make_daemon, tmp_path):
+    """The kernel may give a process's SIGTERM to any of its threads; the engine's main thread must still hear it
+    (it once waited untimed and the daemon ignored the signal). Sent here to a non-main thread on purpose."""
+    circuits = circuits_for(tmp_path / "circuits", ("small",))
+    daemon = make_daemon({c.name: c.zkey for c in circuits.values()})
+    engine = daemon.engine_pid()
+    other = next(int(t) for t in os.listdir(f"/proc/{engine}/task") if int(t) != engine)
+    _tgkill(engine, other, signal.SIGTERM)
+    wait_for(lambda: "cuzk daemon stopping" in daemon.log_text(), 30, "the engine to hear the SIGTERM")
+    daemon.wait_ready(not_pid=engine)  # the supervisor, not asked to stop, restarts it
+    assert daemon.stop() == 0
+
+
 def test_kill_9_of_the_engine_mid_run_loses_and_duplicates_nothing(make_daemon, tmp_path):
     circuits = circuits_for(tmp_path / "circuits", ("small", "medium"))
     daemon = make_daemon({c.name: c.zkey for c in circuits.values()})

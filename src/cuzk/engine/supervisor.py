@@ -53,6 +53,13 @@ from ..config import SupervisorPolicy  # noqa: F401 (its settings live with the 
 from ..memory.limits import MemoryLimits, read_limits
 from ..memory.units import format_size
 
+
+# How often a main thread waiting for SIGTERM/SIGINT (the engine's, this supervisor's) comes back to the interpreter. The
+# kernel may hand a signal to any thread of the process (numba's, gRPC's, the engine's, `--idle-exit`'s); CPython then
+# runs the Python handler only when the main thread next runs bytecode, which a main thread blocked in an untimed wait
+# never does: an engine ignored SIGTERM twice in one run of the slow tests (orphaned once its supervisor was killed).
+SIGNAL_POLL_S = 0.25
+
 log = logging.getLogger("cuzk.supervisor")
 
 STATE_FILE = "supervisor.json"
@@ -327,7 +334,8 @@ class Supervisor:
         log.info("engine started: pid %d, budget %s", proc.pid, format_size(budget) if budget else "auto")
         if self._stop.is_set():
             self.stop()
-        returncode = proc.wait()
+        while (returncode := proc.poll()) is None:  # not an untimed wait (SIGNAL_POLL_S says why)
+            time.sleep(SIGNAL_POLL_S)
         uptime = time.monotonic() - started
         _kill_group(proc.pid)
         self._proc = None

@@ -41,7 +41,7 @@ from grpc_reflection.v1alpha import reflection
 
 from .. import __version__
 from ..config import ConfigError, DaemonConfig
-from ..engine.supervisor import EXIT_CONFIG, SupervisorState, atomic_write_json
+from ..engine.supervisor import EXIT_CONFIG, SIGNAL_POLL_S, SupervisorState, atomic_write_json
 from ..local_client import local_http_socket
 from ..proto import cuzk_pb2 as pb
 from ..proto import cuzk_pb2_grpc as pb_grpc
@@ -268,7 +268,8 @@ def serve(config: DaemonConfig, budget: int | None = None, *, heartbeat: bool = 
         log.error("cuzk daemon cannot start: %s", exc)
         return EXIT_CONFIG
     try:
-        stop.wait()
+        while not stop.wait(SIGNAL_POLL_S):  # not an untimed wait (SIGNAL_POLL_S says why)
+            pass
     finally:
         log.info("cuzk daemon stopping")
         daemon.stop()
