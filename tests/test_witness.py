@@ -20,6 +20,7 @@ from cuzk.witness.inputs import fnv1a_64
 
 FIXTURES = Path(__file__).parent / "fixtures" / "witness"
 CHECKS_WASM = FIXTURES / "checks.wasm"  # grid[2][3], x; assert(x != 13); x*x === grid[0][0]^2
+BUS_WASM = FIXTURES / "bus.wasm"  # circom 2.2 buses: input Point() p[2], output Point() out
 WASM_CIRCUITS = [c for c in CORPUS_CIRCUITS if (corpus_dir(c) / "circuit.wasm").exists()] if CORPUS_CIRCUITS else []
 P = 21888242871839275222246405745257275088548364400416034343698204186575808495617  # BN254's r
 
@@ -148,6 +149,32 @@ def test_acceptance_matches_snarkjs(checks, tmp_path):
         assert _snarkjs_wtns(tmp_path, doc) == ours.read_bytes(), name
     for name, (doc, _) in REJECTED.items():
         assert _snarkjs_wtns(tmp_path, doc) is None, name
+
+
+def test_bus_inputs_are_named_as_circoms_own_calculator_names_them(tmp_path):
+    """A bus given as nested objects is its fields' signals (p[0].x, ...): circom's generate_witness.js's bytes."""
+    calc = WitnessCalculator(BUS_WASM)
+    doc = {"p": [{"x": 3, "y": 5}, {"x": 7, "y": 11}]}
+    ours = tmp_path / "bus.wtns"
+    write_wtns(ours, calc.curve, calc.calculate(doc))
+    assert ours.read_bytes() == (FIXTURES / "bus.wtns").read_bytes()
+    by_name = {"p[0].x": 3, "p[0].y": 5, "p[1]": {"x": 7, "y": 11}}  # the same signals, partly by their full names
+    assert np.array_equal(calc.calculate(by_name), calc.calculate(doc))
+    out_x, out_y = (int.from_bytes(w.tobytes(), "little") for w in calc.calculate(doc)[1:3])
+    assert (out_x, out_y) == (3 * 7, 5 + 11 * 3 * 7)
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"p": [{"x": 3, "y": 5}, {"x": 7}]}, "inputs missing: the circuit takes 4 input values, the input sets 3 "
+                                          "(signals given: 'p[0].x', 'p[0].y', 'p[1].x')"),
+    ({"p": [{"x": 3, "y": 5}, {"x": 7, "y": 11, "z": 1}]}, "input 'p[1].z' is not an input signal of the circuit"),
+    ({"p": [{"x": 3, "y": 5}, 7]}, "input p[0]: a JSON object is not a field element"),
+    ({"p": [{"x": 3, "y": 5}, {"x": 7, "y": "seven"}]}, "input p[1].y: 'seven' is not an integer"),
+])
+def test_bad_bus_inputs_name_the_field(doc, message):
+    with pytest.raises(InputError) as exc:
+        WitnessCalculator(BUS_WASM).calculate(doc)
+    assert str(exc.value).startswith(message)
 
 
 def test_concurrent_calculations_keep_their_own_results_and_errors(checks):

@@ -8,6 +8,10 @@ around it, "" for 0. Everything else (fractions, null, objects, "1e3", "12abc") 
 naming the signal and the position. One deliberate difference: a JSON *number* beyond 2^53 is
 refused, because JavaScript silently rounds it (snarkjs would prove another value); quoted,
 it is exact.
+
+A JSON object inside the document is a circom 2.2 bus, read as circom's own witness calculator reads it: each
+field is the input signal ``name.field``, an array whose leaves are all objects is an array of buses (``p[0].x``),
+nested as deep as the buses are.
 """
 
 from __future__ import annotations
@@ -64,9 +68,10 @@ def read_input_json(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def input_signals(doc: Mapping[str, Any], prime: int) -> list[InputSignal]:
-    """Each signal of an input object, its value flattened and reduced modulo ``prime`` as snarkjs does."""
+    """Each signal of an input object (a bus's fields each one), its value flattened and reduced modulo ``prime`` as
+    snarkjs does."""
     return [InputSignal(name, tuple(_field_element(where, leaf, prime) for where, leaf in _flatten(name, value)))
-            for name, value in doc.items()]
+            for top, value in doc.items() for name, value in _bus_fields(top, value)]
 
 
 def fnv1a_64(name: str) -> int:
@@ -77,6 +82,19 @@ def fnv1a_64(name: str) -> int:
         h ^= units[i] | units[i + 1] << 8
         h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
+
+
+def _bus_fields(name: str, value: Any) -> Iterator[tuple[str, Any]]:
+    """(signal name, value) of one input, a bus's fields qualified as circom 2.2's calculator qualifies them: an object's
+    field ``f`` is ``name.f``; an array whose leaves are all objects is buses, element ``i`` named ``name[i]``."""
+    if isinstance(value, dict):
+        for field, item in value.items():
+            yield from _bus_fields(f"{name}.{field}", item)
+    elif isinstance(value, list) and value and all(isinstance(leaf, dict) for _, leaf in _flatten(name, value)):
+        for i, item in enumerate(value):
+            yield from _bus_fields(f"{name}[{i}]", item)
+    else:
+        yield name, value
 
 
 def _flatten(where: str, value: Any) -> Iterator[tuple[str, Any]]:
