@@ -233,6 +233,22 @@ def test_cli_fullprove_with_daemon_calculates_here_and_proves_there(daemon, chec
     assert snarkjs_verify(checks_key[1], public, proof)
 
 
+def test_a_plain_fullprove_goes_to_the_local_daemon_unless_told_otherwise(daemon, checks_key, tmp_path, monkeypatch):
+    """As a plain `cuzk prove`: the witness is calculated here and proved by the daemon on this machine's socket;
+    --local (or --backend, --no-verify) proves in this process."""
+    from cuzk.cli import _main
+
+    monkeypatch.setenv("CUZK_DAEMON", f"unix:{daemon.socket}")  # where `cuzk status` would look
+    inp, proof, public = tmp_path / "input.json", tmp_path / "p.json", tmp_path / "pub.json"
+    inp.write_text(json.dumps(GOOD))
+    files = [str(inp), str(CHECKS_WASM), str(checks_key[0]), str(proof), str(public)]
+    for flags, on_daemon in (([], True), (["--local"], False), (["--no-verify"], False)):
+        public.unlink(missing_ok=True)
+        code, args = _main(["fullprove", *flags, *files])
+        assert (code, args.answered_by_daemon) == (0, on_daemon), flags
+        assert load_json(public) == GOOD_PUBLIC and snarkjs_verify(checks_key[1], public, proof), flags
+
+
 def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):
     config = EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False)
     first = Engine(config, budget=MemoryBudget(1 << 30))

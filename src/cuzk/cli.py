@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -59,6 +60,18 @@ class Steps:
 
 
 def _cmd_prove(args: argparse.Namespace) -> int:
+    def witness():  # imported only here: cuzk.formats imports numba, which a daemon's client never needs
+        from .formats.wtns import read_wtns
+
+        return read_wtns(args.wtns)
+
+    return _prove_here_or_on_daemon(args, witness)
+
+
+def _prove_here_or_on_daemon(args: argparse.Namespace, load_witness, witness_bytes=None) -> int:
+    """``prove`` and ``fullprove``: on the daemon ``--daemon`` names, else on this machine's daemon where one runs (or
+    ``--keep-daemon`` starts one), else in this process. ``witness_bytes()`` is what the daemon proves (None: the
+    daemon reads the witness file ``args.wtns``); ``load_witness()`` what this process proves."""
     check_outputs(args.proof, args.public)
     explicit, started = args.daemon is not None, False
     if not explicit:
@@ -67,7 +80,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         from .client_base import DaemonUnavailable
 
         try:
-            result = prove_with_daemon(args, wait=explicit or started)
+            result = prove_with_daemon(args, witness_bytes and witness_bytes(), wait=explicit or started)
         except DaemonUnavailable:
             if explicit:
                 raise
@@ -78,9 +91,7 @@ def _cmd_prove(args: argparse.Namespace) -> int:
                 _print_round_trip(result, args.started_at)
             args.answered_by_daemon = True
             return 0
-    from .formats.wtns import read_wtns
-
-    return _prove_in_process(args, lambda: read_wtns(args.wtns))
+    return _prove_in_process(args, load_witness)
 
 
 def _running_local_daemon(args: argparse.Namespace) -> tuple[str | None, bool]:
@@ -188,20 +199,14 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
     from .formats.wtns import Witness, wtns_bytes
     from .witness import WitnessCalculator, read_input_json
 
-    check_outputs(args.proof, args.public)
+    check_outputs(args.proof, args.public)  # before the witness's calculation
 
+    @functools.cache  # once, whether the daemon proves it or this process does after all
     def witness() -> Witness:
         calculator = WitnessCalculator(args.wasm)
         return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input)))
 
-    if args.daemon:  # the witness is calculated here, with the .wasm given, and proved there
-        w = witness()
-        result = prove_with_daemon(args, wtns_bytes(w.curve, w.values))
-        if args.verbose:
-            _print_timings(result.timings, f"daemon {result.job_id}")
-            _print_round_trip(result, args.started_at)
-        return 0
-    return _prove_in_process(args, witness)
+    return _prove_here_or_on_daemon(args, witness, lambda: wtns_bytes(witness().curve, witness().values))
 
 
 def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
@@ -421,9 +426,8 @@ PROVING_OPTIONS = (
     arg("--timeout", type=float, help="with --daemon: seconds to wait for the proof"),
 )
 
-PROVE_ARGUMENTS = (
-    arg("zkey"), arg("wtns"), arg("proof"), arg("public"),
-    *PROVING_OPTIONS,
+# Where a plain `prove` or `fullprove` proves: this machine's daemon, which may be started for it, or this process.
+LOCAL_DAEMON_OPTIONS = (
     arg("--local", action="store_true",
         help="prove in this process even when a daemon runs on this machine (by default its unix socket, where `cuzk "
              "status` looks, gets the proof when it exists and neither --backend, --r1cs nor --no-verify is given)"),
@@ -433,6 +437,8 @@ PROVE_ARGUMENTS = (
     arg("--idle-exit", type=float, default=KEEP_DAEMON_IDLE_S, metavar="SECONDS",
         help=f"the daemon --keep-daemon starts stops after this long without a proof (default {KEEP_DAEMON_IDLE_S:g})"),
 )
+
+PROVE_ARGUMENTS = (arg("zkey"), arg("wtns"), arg("proof"), arg("public"), *PROVING_OPTIONS, *LOCAL_DAEMON_OPTIONS)
 
 
 def _add_external(module: str, adder: str):
@@ -459,7 +465,7 @@ def _add_fullprove_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("zkey")
     p.add_argument("proof")
     p.add_argument("public")
-    add_arguments(p, PROVING_OPTIONS)
+    add_arguments(p, (*PROVING_OPTIONS, *LOCAL_DAEMON_OPTIONS))
     p.set_defaults(func=_cmd_fullprove)
 
 
@@ -571,8 +577,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 # Commands that compile nothing here: the daemon's clients, `cuzk daemon` (its kernels live under its own data
-# directory) and `cuzk prove` (which decides once it knows whether it proves here or on a daemon).
-WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", "top", "prove"}
+# directory) and `cuzk prove`/`fullprove` (which decide once they know whether they prove here or on a daemon).
+WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", "top", "prove", "fullprove"}
 
 
 def _use_jit_cache() -> None:
