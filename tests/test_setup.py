@@ -22,6 +22,7 @@ from cuzk.formats.binfile import BinFile, write_binfile
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
 from cuzk.formats.ptau import read_ptau
 from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
+from cuzk.formats.wtns import write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
 from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
 
@@ -229,6 +230,40 @@ def test_every_setup_samples_fresh_secrets(tmp_path):
     assert keys[0].alpha1 != keys[1].alpha1 and keys[0].delta2 != keys[1].delta2
 
 
+def _matrix(curve, *rows: list[tuple[int, int]]) -> SparseMatrix:
+    """A sparse matrix of (wire, coefficient) rows."""
+    entries = [entry for row in rows for entry in row]
+    return SparseMatrix(np.cumsum([0, *map(len, rows)]).astype(np.int64), np.array([w for w, _ in entries], np.uint32),
+                        ints_to_limbs([c % curve.r for _, c in entries], curve.Fr.limbs32))
+
+
+@pytest.mark.parametrize("shape", ["no constraints", "private input optimised away"])
+def test_circuits_optimised_down_to_their_public_signals(shape, tmp_path):
+    """What circom leaves of a circuit whose checks are all linear (snarkjs sets both up and proves with the keys):
+    no constraint at all (only the public rows of the domain), or, after --O2, a private input substituted away, so
+    that nPrvIn exceeds the wires left for it."""
+    curve = BN254
+    if shape == "no constraints":  # b <-- 3a: out b, in a
+        nothing = _matrix(curve)
+        write_r1cs(tmp_path / "c.r1cs", curve, 1, 1, 0, nothing, nothing, nothing)
+        witness = [1, 15, 5]
+    else:  # c <== a + b + 7; d <== 3a - b, b private: b leaves, c + d - 4a - 7 = 0 stays (0 · 0 = C·w)
+        none = _matrix(curve, [])
+        write_r1cs(tmp_path / "c.r1cs", curve, 2, 1, 1, none, none, _matrix(curve, [(0, -7), (1, 1), (2, 1), (3, -4)]), n_wires=4)
+        witness = [1, 14, 33, 10]
+    r1cs = read_r1cs(tmp_path / "c.r1cs")
+    assert (r1cs.n_wires, r1cs.n_public) == (len(witness), len(witness) - 1)
+    write_wtns(tmp_path / "c.wtns", curve, witness)
+    zkey, vkey = tmp_path / "c.zkey", tmp_path / "vk.json"
+    assert cli_main(["setup", str(tmp_path / "c.r1cs"), str(zkey), "--vkey", str(vkey), "-q"]) == 0
+    proof, public = tmp_path / "proof.json", tmp_path / "public.json"
+    assert cli_main(["prove", "--local", "--r1cs", str(tmp_path / "c.r1cs"), str(zkey), str(tmp_path / "c.wtns"), str(proof), str(public)]) == 0
+    assert load_json(public) == [str(v) for v in witness[1:]]
+    assert cli_main(["verify", str(vkey), str(public), str(proof)]) == 0
+    if snarkjs_available():
+        assert snarkjs_verify(vkey, public, proof)
+
+
 # ----------------------------------------------------------------------------------
 # From a snarkjs powers of tau.
 
@@ -300,10 +335,6 @@ def test_malformed_r1cs(tmp_path, small_r1cs, capsys):
     (tmp_path / "zkey.r1cs").write_bytes(b"zkey" + data[4:])
     assert "not a .r1cs file" in setup_cli_error([tmp_path / "zkey.r1cs", zkey], capsys)
     assert "cannot open" in setup_cli_error([tmp_path / "missing.r1cs", zkey], capsys)
-    empty = tmp_path / "empty.r1cs"
-    nothing = SparseMatrix(np.zeros(1, np.int64), np.zeros(0, np.uint32), np.zeros((0, 8), np.uint32))
-    write_r1cs(empty, BN254, 0, 1, 0, nothing, nothing, nothing)
-    assert "no constraints" in setup_cli_error([empty, zkey], capsys)
     assert "is a bn128 circuit, not bls12-381" in setup_cli_error([small_r1cs, zkey, "--curve", "bls12-381"], capsys)
     assert not zkey.exists()
 

@@ -107,8 +107,10 @@ def read_r1cs(path: str | os.PathLike) -> R1CS:
         n_wires, n_pub_out, n_pub_in, n_prv_in = (int.from_bytes(rest[i : i + 4], "little") for i in range(0, 16, 4))
         n_labels = int.from_bytes(rest[16:24], "little")
         n_constraints = int.from_bytes(rest[24:28], "little")
-        if 1 + n_pub_out + n_pub_in + n_prv_in > n_wires:
-            raise f.error(HEADER, f"1 + {n_pub_out} outputs + {n_pub_in} public + {n_prv_in} private inputs exceed nWires = {n_wires}")
+        # Only wire 0 and the public signals have fixed places: circom's --O2 may substitute a private input away,
+        # leaving nPrvIn above what the wires hold (snarkjs reads such files).
+        if 1 + n_pub_out + n_pub_in > n_wires:
+            raise f.error(HEADER, f"1 + {n_pub_out} outputs + {n_pub_in} public inputs exceed nWires = {n_wires}")
         wire_to_label = None
         if f.has(WIRE_TO_LABEL):
             f.expect_size(WIRE_TO_LABEL, 8 * n_wires, f"nWires = {n_wires} u64 labels")

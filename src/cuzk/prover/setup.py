@@ -480,8 +480,6 @@ def setup(
     if not isinstance(r1cs, R1CS):
         r1cs = read_r1cs(r1cs)
     curve = r1cs.curve
-    if r1cs.n_constraints == 0:
-        raise SetupError(f"{r1cs.path}: the circuit has no constraints; there is nothing to prove")
     log_n = domain_power(r1cs.n_constraints, r1cs.n_public)
     if log_n + 1 > curve.fr_two_adicity:
         raise SetupError(f"{r1cs.path}: {r1cs.n_constraints} constraints need a 2^{log_n} domain, and {curve.name} has roots of unity only up to 2^{curve.fr_two_adicity} (H needs 2^{log_n + 1})")
