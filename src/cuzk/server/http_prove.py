@@ -140,7 +140,7 @@ class HttpProver:
 
 
 def _json_request(body: bytes, known: tuple[str, ...]) -> dict[str, Any]:
-    request = parse_input_json(body, source="request body")
+    request = parse_input_json(body, source="request body", shape='{"input": {<signal>: <value>, ...}}')
     unknown = sorted(set(request) - set(known))
     if unknown:
         raise JobError(f"request body: unknown field(s) {', '.join(map(repr, unknown))} (known: {', '.join(known)})")

@@ -41,8 +41,9 @@ class InputSignal:
     values: tuple[int, ...]  # flattened, each reduced into [0, p)
 
 
-def parse_input_json(text: str | bytes, source: str = "input") -> dict[str, Any]:
-    """The JSON object of an input file, parsed as JSON.parse does (no NaN/Infinity; the last of repeated keys wins)."""
+def parse_input_json(text: str | bytes, source: str = "input", shape: str = "of signal name → value") -> dict[str, Any]:
+    """The JSON object of an input file (or of a request holding one: ``shape`` says what it holds), parsed as
+    JSON.parse does (no NaN/Infinity; the last of repeated keys wins)."""
 
     def no_constant(name: str):
         raise InputError(f"{source}: {name} is not JSON")
@@ -54,7 +55,7 @@ def parse_input_json(text: str | bytes, source: str = "input") -> dict[str, Any]
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not JSON: {exc}") from None
     if not isinstance(doc, dict):
-        raise InputError(f"{source}: must be a JSON object of signal name → value, not a {_json_kind(doc)}")
+        raise InputError(f"{source}: must be a JSON object {shape}, not a {_json_kind(doc)}")
     return doc
 
 
