@@ -164,6 +164,21 @@ def test_bus_inputs_are_named_as_circoms_own_calculator_names_them(tmp_path):
     assert (out_x, out_y) == (3 * 7, 5 + 11 * 3 * 7)
 
 
+def test_log_lines_are_circoms_and_the_cli_prints_them_as_snarkjs_does(tmp_path, capfd):
+    lines = []
+    WitnessCalculator(BUS_WASM).calculate({"p": [{"x": 3, "y": 5}, {"x": 7, "y": 11}]}, log=lines.append)
+    assert lines == [f"r = 21 236 p.x - q.x = {P - 4}"]  # as circom's generate_witness.js prints it
+    inp, out = tmp_path / "input.json", tmp_path / "w.wtns"
+    inp.write_text(json.dumps({"grid": GRID, "x": 2}))
+    assert cli_main(["wtns", "calculate", str(CHECKS_WASM), str(inp), str(out)]) == 0
+    printed = capfd.readouterr().out
+    assert printed == "sum 11\n"
+    if snarkjs_available():
+        res = subprocess.run([str(SNARKJS), "wtns", "calculate", str(CHECKS_WASM), str(inp), str(tmp_path / "s.wtns")],
+                             capture_output=True, text=True, timeout=120)
+        assert res.stdout == printed
+
+
 @pytest.mark.parametrize("doc, message", [
     ({"p": [{"x": 3, "y": 5}, {"x": 7}]}, "inputs missing: the circuit takes 4 input values, the input sets 3 "
                                           "(signals given: 'p[0].x', 'p[0].y', 'p[1].x')"),

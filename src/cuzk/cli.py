@@ -204,7 +204,7 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
     @functools.cache  # once, whether the daemon proves it or this process does after all
     def witness() -> Witness:
         calculator = WitnessCalculator(args.wasm)
-        return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input)))
+        return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input), log=print))
 
     return _prove_here_or_on_daemon(args, witness, lambda: wtns_bytes(witness().curve, witness().values))
 
@@ -215,7 +215,7 @@ def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
 
     check_outputs(args.wtns)
     calculator = WitnessCalculator(args.wasm)
-    write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input)))
+    write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input), log=print))
     return 0
 
 

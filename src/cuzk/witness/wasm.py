@@ -6,7 +6,9 @@ words into the shared read/write buffer and ``setInputSignal(hash, index)`` — 
 runs as its inputs arrive; then ``getWitness(i)`` for each witness value, read back from the
 shared buffer — by a few lines of WebAssembly of our own linked to the circuit's instance
 (``COPY_WITNESS_WAT``), since a call from Python costs far more than the call itself. The module's imports report errors: ``printErrorMessage`` hands over a line
-(``getMessageChar`` until 0) and ``exceptionHandler(code)`` aborts with circom's code.
+(``getMessageChar`` until 0) and ``exceptionHandler(code)`` aborts with circom's code. A circom ``log()`` arrives
+piece by piece (``writeBufferMessage`` for a text, ``showSharedRWMemory`` for a value in the shared buffer, a text
+of "\n" to end the line) and becomes the line circom's own calculator prints, handed to the caller's ``log``.
 
 A compiled module is shared (thread-safe); every calculation gets a fresh instance, so
 calculations run in parallel and never see each other's signals.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -121,14 +123,15 @@ class WitnessCalculator:
         # circuit) and the witness three times over (the copier's memory, the array read from it, the .wtns bytes).
         self.calculation_bytes = run.memory.data_len(run.store) + 3 * self.witness_size * 4 * self.n32
 
-    def calculate(self, inputs: Mapping[str, Any]) -> np.ndarray:
-        """The witness for an input object (parsed input.json): an (n, limbs) uint32 array, standard form.
+    def calculate(self, inputs: Mapping[str, Any], log: Callable[[str], object] | None = None) -> np.ndarray:
+        """The witness for an input object (parsed input.json): an (n, limbs) uint32 array, standard form. Each line
+        the circuit's ``log()`` calls make goes to ``log`` (dropped without one).
 
         Raises :class:`InputError` naming the signal for inputs that do not fit the circuit, and
         naming circom's error (the template and line of a failed assert) when the circuit rejects them.
         """
         signals = input_signals(inputs, self.prime)
-        run = _Run(self)
+        run = _Run(self, log)
         run.call("init", 0)
         n_set = 0
         for signal in signals:
@@ -157,19 +160,21 @@ def _i32(word: int) -> int:
 
 
 class _Run:
-    """One instance of the module, with the host side of its imports (error lines collected here, never printed)."""
+    """One instance of the module, with the host side of its imports (error lines collected here, never printed; the
+    circuit's log lines to ``log``)."""
 
-    def __init__(self, calc: WitnessCalculator):
+    def __init__(self, calc: WitnessCalculator, log: Callable[[str], object] | None = None):
         self.path = calc.path
         self.store = wasmtime.Store(_ENGINE)
         self.messages: list[str] = []
         self.code: int | None = None
+        self._log, self._log_line = log, []
         void = wasmtime.FuncType([], [])
         host = {
             "exceptionHandler": wasmtime.Func(self.store, wasmtime.FuncType([wasmtime.ValType.i32()], []), self._exception),
             "printErrorMessage": wasmtime.Func(self.store, void, lambda: self.messages.append(self._message())),
-            "writeBufferMessage": wasmtime.Func(self.store, void, self._skip_message),
-            "showSharedRWMemory": wasmtime.Func(self.store, void, lambda: None),  # the value of a log() call
+            "writeBufferMessage": wasmtime.Func(self.store, void, self._log_text),
+            "showSharedRWMemory": wasmtime.Func(self.store, void, lambda: self._log_value(calc.n32)),
         }
         instance = wasmtime.Instance(self.store, calc._module, [host[i.name] for i in calc._module.imports])
         self._exports = instance.exports(self.store)
@@ -223,9 +228,21 @@ class _Run:
         self.code = code
         raise CircuitAbort(code)
 
-    def _skip_message(self) -> None:
-        """A circom ``log()`` line: drained from the module, not ours to print."""
-        self._message()
+    def _log_text(self) -> None:
+        """A text of a ``log()`` call (drained from the module even where nobody reads it); "\n" ends the line."""
+        text = self._message()
+        if self._log is None:
+            return
+        if text == "\n":
+            line, self._log_line = " ".join(self._log_line), []
+            self._log(line)
+        else:
+            self._log_line.append(text)
+
+    def _log_value(self, n32: int) -> None:
+        """A value of a ``log()`` call, in the shared buffer: written in decimal, in [0, p), as circom writes it."""
+        if self._log is not None:
+            self._log_line.append(str(int.from_bytes(self.shared(n32), "little")))
 
     def _message(self) -> str:
         get_char = self._exports["getMessageChar"]
