@@ -345,3 +345,6 @@ def test_bad_public_json(tmp_path):
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe[]")
     with pytest.raises(FormatError, match="binary.json: is not UTF-8 text"):
         read_public(tmp_path / "binary.json")
+    (tmp_path / "key.json").write_bytes(b"zkey\x01\x00\x00\x00" + bytes(32))  # a .zkey where the vkey goes
+    with pytest.raises(FormatError, match="key.json: is a binary .zkey file, not JSON"):
+        read_vkey(tmp_path / "key.json")

@@ -109,9 +109,13 @@ def write_vkey(path: str | os.PathLike, vkey: VerificationKey) -> None:
 # reading --------------------------------------------------------------------------------
 def _load(path: str | os.PathLike) -> Any:
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise FormatError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if data[:4] in (b"zkey", b"wtns", b"r1cs", b"ptau"):  # one of snarkjs's binary files given in a JSON file's place
+        raise FormatError(path, f"is a binary .{data[:4].decode()} file, not JSON")
+    try:
+        text = data.decode()
     except UnicodeDecodeError:
         raise FormatError(path, "is not UTF-8 text") from None
     try:
