@@ -14,7 +14,8 @@ case " $* " in *cluster*) extras=test,cluster ;; esac  # the Ray tests (-m clust
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[$extras]" 2>&1 | grep -v '^WARNING: Location' || true
 # The pinned protobuf generator's own venv, so tests/test_proto.py can check the committed modules against it.
 [ -x .gen-proto-venv/bin/python ] || scripts/gen_proto.sh "$(mktemp -d)" 2>&1 | grep -v '^WARNING: Location' || true
-[ -x tests/oracle/node_modules/.bin/snarkjs ] || npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
+{ [ -x tests/oracle/node_modules/.bin/snarkjs ] && [ -x tests/oracle/node_modules/.bin/circom2 ]; } \
+  || npm ci --prefix tests/oracle --no-audit --no-fund --loglevel=error
 # Compile (and cache on disk) the numba kernels once, in one process, before tests start
 # daemons that would otherwise each compile them cold and race for the cache: the cache under
 # .cache, the one tests/conftest.py gives the tests and their daemons.
