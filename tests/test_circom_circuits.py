@@ -100,6 +100,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
             (d / "witness_calculator").mkdir(exist_ok=True)
             for js in (d / f"{stem}_js").iterdir():
                 js.rename(d / "witness_calculator" / js.name)
+            (d / f"{stem}_js").rmdir()
         (d / "input.json").write_text(json.dumps(case.inputs))
         folders[name] = d
     return folders
