@@ -40,7 +40,7 @@ def snarkjs_available() -> bool:
     return SNARKJS.exists() and shutil.which("node") is not None
 
 
-def _keep_for_snarkjs_elsewhere(vkey: Path, public: Path, proof: Path) -> None:
+def keep_for_snarkjs_elsewhere(vkey: Path, public: Path, proof: Path) -> None:
     """Where node is missing (the GPU machine), $CUZK_UNVERIFIED_DIR collects what snarkjs should check later
     (scripts/verify_unverified.sh), so a GPU-made proof is still judged by snarkjs, not only by cuzk."""
     keep = os.environ.get("CUZK_UNVERIFIED_DIR")
@@ -57,7 +57,7 @@ def _keep_for_snarkjs_elsewhere(vkey: Path, public: Path, proof: Path) -> None:
 def snarkjs_verify(vkey: Path, public: Path, proof: Path) -> bool:
     """True when `snarkjs groth16 verify` accepts the proof."""
     if not snarkjs_available():
-        _keep_for_snarkjs_elsewhere(vkey, public, proof)
+        keep_for_snarkjs_elsewhere(vkey, public, proof)
         pytest.skip("snarkjs oracle not installed (npm install --prefix tests/oracle)")
     res = subprocess.run([str(SNARKJS), "groth16", "verify", str(vkey), str(public), str(proof)], capture_output=True, text=True, timeout=300)
     out = res.stdout + res.stderr
@@ -68,7 +68,7 @@ def snarkjs_verify_all(vkey: Path, pairs: list[tuple[Path, Path]]) -> bool:
     """True when snarkjs accepts every (public, proof) pair; where node is missing all are kept before the one skip."""
     if not snarkjs_available():
         for public, proof in pairs:
-            _keep_for_snarkjs_elsewhere(vkey, public, proof)
+            keep_for_snarkjs_elsewhere(vkey, public, proof)
     return all(snarkjs_verify(vkey, public, proof) for public, proof in pairs)
 
 
