@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from importlib.metadata import version
 
 import pytest
@@ -40,6 +41,27 @@ def test_the_jit_cache_is_keyed_by_the_build_and_a_users_choice_wins(tmp_path):
         assert use_cache_dir(tmp_path) is None and CACHE_ENV not in os.environ
     finally:
         os.environ[CACHE_ENV] = saved
+
+
+def test_a_build_retires_the_caches_of_builds_unused_for_two_weeks(tmp_path):
+    from cuzk.jit_cache import LAST_USED, RETIRE_AFTER_S, retire_other_builds
+
+    root, now = tmp_path / "numba-cache", time.time()
+    folders = {name: root / name for name in ("stale", "stale-unstamped", "recent", "recent-unstamped", "now")}
+    for name, folder in folders.items():
+        folder.mkdir(parents=True)
+        (folder / "kernel.nbc").write_bytes(b"x")
+        age = RETIRE_AFTER_S + 60 if name.startswith("stale") else RETIRE_AFTER_S - 3600
+        if name.endswith("unstamped"):
+            os.utime(folder, (now - age, now - age))
+        else:
+            (folder / LAST_USED).touch()
+            os.utime(folder / LAST_USED, (now - age, now - age))
+    (root / "a-file").write_text("not a build")
+    retired = retire_other_builds(folders["now"], now=now)
+    assert sorted(retired) == [folders["stale"], folders["stale-unstamped"]]
+    assert sorted(p.name for p in root.iterdir()) == ["a-file", "now", "recent", "recent-unstamped"]
+    assert now - (folders["now"] / LAST_USED).stat().st_mtime < 60 and (folders["now"] / "kernel.nbc").exists()
 
 
 @pytest.mark.slow

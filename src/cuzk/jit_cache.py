@@ -12,16 +12,24 @@ for one file, taken over all of them): a changed cuzk never reads another's cach
 
 numba reads ``NUMBA_CACHE_DIR`` once, when it is imported, so ``use_cache_dir`` runs before
 that; a ``NUMBA_CACHE_DIR`` the user set wins.
+
+Each build's folder holds 10-70 MB of kernels, and every upgrade or edit starts a new one, so a use stamps its folder
+(``LAST_USED``) and removes the other builds' folders unused for ``RETIRE_AFTER_S``: another cuzk still in use on the
+machine (a second venv, a daemon not yet upgraded) keeps its folder; one whose folder was removed compiles afresh.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
+import time
 from pathlib import Path
 
 CACHE_ENV = "NUMBA_CACHE_DIR"
+LAST_USED = ".last-used"  # a build folder's stamp: its mtime is the folder's last use
+RETIRE_AFTER_S = 14 * 86400.0
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -49,4 +57,25 @@ def use_cache_dir(data_dir: str | os.PathLike) -> Path | None:
         return None
     path = cache_dir(data_dir)
     os.environ[CACHE_ENV] = str(path)
+    try:
+        retire_other_builds(path)
+    except OSError:  # a read-only or shared data directory: the kernels are still cached, only nothing is tidied
+        pass
     return path
+
+
+def retire_other_builds(path: Path, now: float | None = None) -> list[Path]:
+    """Stamp ``path`` (a build's cache folder) as used now and remove its siblings unused for ``RETIRE_AFTER_S`` (their
+    stamp's age, or the folder's for a build that predates stamps); the folders removed."""
+    now = time.time() if now is None else now
+    path.mkdir(parents=True, exist_ok=True)
+    (path / LAST_USED).touch()
+    retired = []
+    for other in path.parent.iterdir():
+        if other == path or not other.is_dir():
+            continue
+        stamp = other / LAST_USED
+        if now - (stamp if stamp.exists() else other).stat().st_mtime > RETIRE_AFTER_S:
+            shutil.rmtree(other, ignore_errors=True)
+            retired.append(other)
+    return retired
