@@ -162,7 +162,7 @@ def _prove_on_a_terminal(tmp_path, *flags) -> str:
     import pty
 
     leader, follower = pty.openpty()
-    args = [sys.executable, "-m", "cuzk.cli", "prove", *flags, str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
+    args = [sys.executable, "-m", "cuzk.cli", "prove", "--local", *flags, str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"),
             str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
     proc = subprocess.Popen(args, stderr=follower, stdout=subprocess.DEVNULL)
     os.close(follower)
@@ -183,7 +183,7 @@ def _prove_on_a_terminal(tmp_path, *flags) -> str:
 def test_a_local_proof_shows_its_steps_on_a_terminal_only(tmp_path, capfd):
     assert "proving: 2^" in _prove_on_a_terminal(tmp_path)
     assert _prove_on_a_terminal(tmp_path, "--quiet") == ""
-    assert cli_main(["prove", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"),
+    assert cli_main(["prove", "--local", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns"), str(tmp_path / "proof.json"),
                      str(tmp_path / "public.json")]) == 0
     assert capfd.readouterr().err == ""  # not a terminal: nothing
 

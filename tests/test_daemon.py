@@ -28,7 +28,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from conftest import CORPUS, SNARKJS, load_json, snarkjs_available, wait_for
+from conftest import CORPUS, REPO, SNARKJS, load_json, snarkjs_available, wait_for
 from cuzk.client import AwaitTimeout, Client, DaemonError, DaemonUnavailable, JobCancelled, RequestTooLarge
 from cuzk.engine.supervisor import SupervisorState, read_json
 from cuzk.memory.units import MiB
@@ -354,24 +354,26 @@ def test_a_plain_prove_goes_to_the_local_daemon_unless_told_otherwise(daemon, cl
 
 
 def test_a_prove_the_daemon_makes_imports_no_prover_in_the_client(daemon, client, circuits, tmp_path):
-    """The client side of `cuzk prove` loads neither numpy nor numba nor the prover, nor (through the local HTTP
-    socket) grpc or protobuf, nor http.client (its email parser and ssl), nor tomllib without a config file, nor
-    argparse, dataclasses, typing or pathlib (a plain command line, no config file), nor the socket module's wrappers
-    or urllib.parse (plain paths): a one-shot call through a daemon pays Python's start-up, not the JIT's or gRPC's."""
+    """The `cuzk` command (bin/cuzk) of a `cuzk prove` the daemon answers loads neither numpy nor numba nor the
+    prover, nor (through the local HTTP socket) grpc or protobuf, nor http.client (its email parser and ssl), nor
+    tomllib without a config file, nor argparse, dataclasses, typing or pathlib (a plain command line, no config file),
+    nor the socket module's wrappers or urllib.parse (plain paths), nor json or re (and so no enum, functools or
+    collections): a one-shot call through a daemon pays Python's start-up, not the JIT's or gRPC's."""
     toy = circuits["small"]
     proof, public = tmp_path / "proof.json", tmp_path / "public.json"
-    script = ("import sys\nfrom cuzk.cli import main\ncode = main(sys.argv[1:])\n"
-              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'numba', 'llvmlite', 'grpc', 'google', 'email',\n"
-              "                                                         'ssl', 'tomllib', 'argparse', 'dataclasses',\n"
-              "                                                         'typing', 'pathlib')\n"
-              "             or m in ('http.client', 'socket', 'selectors', 'urllib.parse')\n"
-              "             or m.startswith(('cuzk.prover', 'cuzk.backends', 'cuzk.formats', 'cuzk.engine.core'))))\n"
-              "sys.exit(code)")
     before = len(client.list_jobs())
-    done = subprocess.run([sys.executable, "-c", script, "prove", str(toy.zkey), str(toy.witness), str(proof), str(public)],
+    done = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "bin" / "cuzk"), "prove", str(toy.zkey), str(toy.witness),
+                           str(proof), str(public)],
                           env={**os.environ, "CUZK_DAEMON": f"unix:{daemon.socket}"}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "cuzk.local_client" in imported
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("numpy", "numba", "llvmlite", "grpc", "google", "email", "ssl",
+                                                              "tomllib", "argparse", "dataclasses", "typing", "pathlib",
+                                                              "json", "re", "enum", "functools", "collections")
+                   or m in ("http.client", "socket", "selectors", "urllib.parse")
+                   or m.startswith(("cuzk.prover", "cuzk.backends", "cuzk.formats", "cuzk.engine.core")))
+    assert heavy == []
     assert len(client.list_jobs()) == before + 1 and load_json(public) == toy.public
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import gc
 import os
 import sys
@@ -196,6 +195,8 @@ def _start_local_daemon(address: str, idle_s: float, config: str | None) -> None
 
 
 def _cmd_fullprove(args: argparse.Namespace) -> int:
+    import functools
+
     from .formats.wtns import Witness, wtns_bytes
     from .witness import WitnessCalculator, read_input_json
 

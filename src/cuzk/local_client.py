@@ -21,11 +21,11 @@ that is not such a response is reported as the daemon's error, never trusted.
 from __future__ import annotations
 
 import _socket
-import json
 import os
 import time
 
 from .addresses import absolute_path
+from .json_text import dumps_like_snarkjs, loads
 from .client_base import (
     AwaitTimeout,
     ClientBase,
@@ -145,8 +145,8 @@ class LocalHttpClient(ClientBase):
             else:
                 device, inode, size, mtime_ns = fields["witness_identity"]
                 identity = {"device": device, "inode": inode, "size": size, "mtime_ns": mtime_ns}
-                body = json.dumps({"witness_path": fields["witness_path"], "witness_identity": identity,
-                                   "priority": priority, "request_id": request_id}).encode()
+                body = dumps_like_snarkjs({"witness_path": fields["witness_path"], "witness_identity": identity,
+                                           "priority": priority, "request_id": request_id}).encode()
                 content_type, options = "application/json", {}
 
             def attempt(left: float | None) -> ProofResult:
@@ -171,7 +171,7 @@ class LocalHttpClient(ClientBase):
         answered_at = time.time()
         job_id, timings = headers.get("x-cuzk-job-id", ""), headers.get("x-cuzk-timings")
         try:
-            document = json.loads(payload)
+            document = loads(payload)
         except ValueError:  # not the prove endpoint's JSON (another server on the socket?): its text is the news
             document = {"error": f"HTTP {status}: {payload[:200].decode(errors='replace')}"}
         if status == 200:
@@ -179,8 +179,8 @@ class LocalHttpClient(ClientBase):
                 round_trip = (sent_at, answered_at, float(headers["x-cuzk-request-seconds"]))
             except (KeyError, ValueError):  # a daemon from before the header
                 round_trip = None
-            return ProofResult(job_id=job_id, state="DONE", proof_json=json.dumps(document["proof"]),
-                               public_signals=document["publicSignals"], timings=json.loads(timings or "{}"),
+            return ProofResult(job_id=job_id, state="DONE", proof_json=dumps_like_snarkjs(document["proof"]),
+                               public_signals=document["publicSignals"], timings=loads(timings or "{}"),
                                round_trip=round_trip)
         message = document.get("error", payload.decode(errors="replace"))
         if status == 503:

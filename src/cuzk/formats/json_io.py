@@ -20,6 +20,7 @@ from typing import Any
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_json, g1_to_json, g2_from_json, g2_to_json
+from ..json_text import dumps_like_snarkjs
 from .errors import FormatError
 
 # An Fq12 element in snarkjs's layout: [[[c000, c001], [c010, c011], [c020, c021]], [[...], [...], [...]]]
@@ -50,18 +51,6 @@ class VerificationKey:
 
 
 # serialising ---------------------------------------------------------------------------
-def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
-    """JSON text exactly as snarkjs's bfj.write(obj, {space: 1}) produces it."""
-    pad, close = " " * (_level + 1), " " * _level
-    if isinstance(obj, dict):
-        items = [f"{pad}{json.dumps(k, ensure_ascii=False)}: {dumps_like_snarkjs(v, _level + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + ("\n" if items else "") + close + "}"
-    if isinstance(obj, (list, tuple)):
-        items = [pad + dumps_like_snarkjs(v, _level + 1) for v in obj]
-        return "[\n" + ",\n".join(items) + ("\n" if items else "") + close + "]"
-    return json.dumps(obj, ensure_ascii=False)
-
-
 def proof_to_json(proof) -> str:
     """proof.json text for anything with ``curve``, ``a``, ``b``, ``c`` (a :class:`Groth16Proof` or the prover's Proof)."""
     return dumps_like_snarkjs({

@@ -39,7 +39,7 @@ from ..engine import AwaitTimeout, Engine, EngineStopped, FileIdentity, WitnessF
 from ..engine.admission import JobTooLarge
 from ..engine.jobs import JobError, JobRecord, JobState, UnknownJobError
 from ..engine.tracker import REQUEST_ERRORS
-from ..formats.json_io import dumps_like_snarkjs
+from ..json_text import dumps_like_snarkjs
 from ..keys.errors import UnknownKeyError
 from ..witness import parse_input_json
 from .auth import bearer_matches

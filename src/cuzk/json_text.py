@@ -1,0 +1,90 @@
+"""JSON text as snarkjs writes it, and read back, on the standard library's C accelerator (``_json``) alone.
+
+The ``json`` package imports ``re`` (and with it enum, functools, collections): ~10 ms of a one-shot ``cuzk prove``
+that a local daemon answers on two cores, a quarter of the whole call on a small circuit, for a client that only
+reads one answer and writes two small files. ``_json`` is the C scanner and string encoder ``json`` itself runs on;
+where it is missing (not CPython), ``json`` does the work.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing's own constant costs its import: type checkers treat this name alike
+if TYPE_CHECKING:
+    from typing import Any
+
+try:
+    import _json
+except ImportError:  # pragma: no cover - CPython always has it
+    _json = None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+class _ScannerContext:
+    """What the C scanner reads from a ``json.JSONDecoder``: strict strings, plain dicts, float/int, no NaN."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_no_constant)
+    memo: dict = {}
+
+
+_scan = _json.make_scanner(_ScannerContext()) if _json is not None else None
+_WHITESPACE = " \t\n\r"
+
+
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` for UTF-8 text: a ``ValueError`` (``json.JSONDecodeError`` inside a document) for what is not JSON."""
+    if _scan is None:  # pragma: no cover
+        import json
+
+        return json.loads(text)
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode()
+    start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        value, end = _scan(text, start)
+    except StopIteration:
+        raise ValueError(f"expecting a JSON value at character {start}") from None
+    if text[end:].strip(_WHITESPACE):
+        raise ValueError(f"extra data after the JSON value at character {end}")
+    return value
+
+
+def _leaf(value: Any) -> str:
+    if isinstance(value, str):
+        return _json.encode_basestring(value) if _json is not None else _fallback_string(value)
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float) and value - value == 0:  # finite
+        return float.__repr__(value)
+    raise ValueError(f"{value!r} ({type(value).__name__}) has no JSON form")
+
+
+def _fallback_string(value: str) -> str:  # pragma: no cover
+    import json
+
+    return json.dumps(value, ensure_ascii=False)
+
+
+def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
+    """JSON text exactly as snarkjs's bfj.write(obj, {space: 1}) produces it (an empty list is "[\\n]")."""
+    pad, close = " " * (_level + 1), " " * _level
+    if isinstance(obj, dict):
+        items = [f"{pad}{_leaf(str(k))}: {dumps_like_snarkjs(v, _level + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + ("\n" if items else "") + close + "}"
+    if isinstance(obj, (list, tuple)):
+        items = [pad + dumps_like_snarkjs(v, _level + 1) for v in obj]
+        return "[\n" + ",\n".join(items) + ("\n" if items else "") + close + "]"
+    return _leaf(obj)
