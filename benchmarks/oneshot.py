@@ -126,7 +126,7 @@ def call_breakdown(run: Run) -> dict[str, float] | None:
 
 def print_breakdown(calls: list[Run], python_alone: float) -> None:
     """The daemon call of median wall time, split by ``call_breakdown`` (its parts add up to its wall time), and the
-    interpreter's own start and exit beside them (``python_alone``: a bare `python -c "import re, sys"`, median)."""
+    interpreter's own start and exit beside them (``python_alone``: a bare `python -c "import sys"`, median)."""
     call = sorted(calls, key=lambda run: run.wall)[(len(calls) - 1) // 2]
     parts = call_breakdown(call)
     if parts is None:
@@ -226,14 +226,12 @@ def main(argv: list[str]) -> int:
                                  and "bls12381" not in (p / "verification_key.json").read_text()]
         dirs += [synthetic_circuit(log2, out) for log2 in args.synthetic]
         proof, public = out / "proof.json", out / "public.json"
-        # `cuzk prove` as the `cuzk` script pip writes runs it, its `import re` included (`python -m` would add runpy's
-        # imports, ~5 ms a call).
-        script = ("import re, sys; from cuzk.cli import run; "
-                  "sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', 'cuzk'); sys.exit(run())")
-        cuzk = [sys.executable, "-c", script, "prove"]
+        # `cuzk prove` as the installed `cuzk` command runs it: bin/cuzk (`python -m` would add runpy's imports, ~5 ms a call).
+        launcher = str(REPO / "bin" / "cuzk")
+        cuzk = [sys.executable, launcher, "prove"]
         client_python = str(args.client_python or sys.executable)
-        client = [client_python, "-c", script, "prove"]  # the calls the daemon answers
-        python_alone = [client_python, "-c", "import re, sys"]  # the interpreter's own start and exit, cuzk's command without cuzk
+        client = [client_python, launcher, "prove"]  # the calls the daemon answers
+        python_alone = [client_python, "-c", "import sys"]  # the interpreter's own start and exit, cuzk's command without cuzk
         local = [*cuzk, "--local", "--verbose", *(["--backend", args.backend] if args.backend != "auto" else [])]
         # Once each first: numba's cache and the page cache are warm for the measured rounds, as for a script's Nth proof.
         for d in dirs:
