@@ -66,7 +66,6 @@ SAME_AS_PLAIN = {
     "blanks and a sign": {"grid": [[" 2\n", 1, 1], [1, 1, 1]], "x": "+2"},
     "true is 1": {"grid": [[2, True, 1], [1, 1, 1]], "x": 2},
     "integral floats": {"grid": [[2.0, 1, 1], [1, 1, 1]], "x": 2e0},
-    "values past p reduce": {"grid": [[str(P + 2), 1, 1], [1, 1, 1]], "x": 2},
     "one flat list": {"grid": [2, 1, 1, 1, 1, 1], "x": 2},
 }
 # Inputs whose field elements differ from the plain ones but that snarkjs accepts.
@@ -74,6 +73,13 @@ ACCEPTED_OTHER = {
     "negatives wrap to p - v": {"grid": [[-2, 1, 1], [1, 1, 1]], "x": "-2"},
     "empty string is 0": {"grid": [["", 1, 1], [1, 1, 1]], "x": 0},
     "unknown signal with no values": {"grid": GRID, "x": 2, "unused": []},
+}
+# Inputs snarkjs accepts but proves another value for than the one written: refused here (test_acceptance_matches_snarkjs
+# checks that snarkjs does accept them).
+REFUSED_THOUGH_SNARKJS_ACCEPTS = {
+    "value past p": ({"grid": [[str(P + 2), 1, 1], [1, 1, 1]], "x": 2}, f"input grid[0][0]: {P + 2} is outside the circuit's field"),
+    "negative past -p": ({"grid": GRID, "x": str(-P - 2)}, f"input x: {-P - 2} is outside the circuit's field"),
+    "hex past p": ({"grid": GRID, "x": hex(P + 2)}, f"input x: {P + 2} is outside the circuit's field"),
 }
 REJECTED = {
     "missing signal": ({"grid": GRID}, "inputs missing: the circuit takes 7 input values, the input sets 6 (signals given: 'grid')"),
@@ -105,9 +111,9 @@ def test_negative_inputs_wrap_modulo_p(checks):
     assert public_x == P - 2
 
 
-@pytest.mark.parametrize("name", REJECTED)
+@pytest.mark.parametrize("name", [*REJECTED, *REFUSED_THOUGH_SNARKJS_ACCEPTS])
 def test_rejected_inputs_name_what_is_wrong(checks, name):
-    doc, message = REJECTED[name]
+    doc, message = {**REJECTED, **REFUSED_THOUGH_SNARKJS_ACCEPTS}[name]
     with pytest.raises(InputError) as exc:
         checks.calculate(doc)
     assert str(exc.value).startswith(message)
@@ -142,13 +148,16 @@ def _snarkjs_wtns(tmp_path: Path, doc) -> bytes | None:
 
 @pytest.mark.skipif(not snarkjs_available(), reason="snarkjs oracle not installed")
 def test_acceptance_matches_snarkjs(checks, tmp_path):
-    """Every accepted spelling gives snarkjs's bytes; everything refused here snarkjs refuses too."""
+    """Every accepted spelling gives snarkjs's bytes; everything refused here snarkjs refuses too, but the values it
+    would prove changed (out of the field: reduced modulo p), which it accepts."""
     ours = tmp_path / "cuzk.wtns"
     for name, doc in {"plain": {"grid": GRID, "x": 2}, **SAME_AS_PLAIN, **ACCEPTED_OTHER}.items():
         write_wtns(ours, checks.curve, checks.calculate(doc))
         assert _snarkjs_wtns(tmp_path, doc) == ours.read_bytes(), name
     for name, (doc, _) in REJECTED.items():
         assert _snarkjs_wtns(tmp_path, doc) is None, name
+    for name, (doc, _) in REFUSED_THOUGH_SNARKJS_ACCEPTS.items():
+        assert _snarkjs_wtns(tmp_path, doc) is not None, name
 
 
 def test_bus_inputs_are_named_as_circoms_own_calculator_names_them(tmp_path):

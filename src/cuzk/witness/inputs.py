@@ -2,12 +2,12 @@
 
 snarkjs parses the file with ``JSON.parse``, flattens every signal's value (nested arrays,
 row-major) and turns each leaf into a field element with ``BigInt(v) % p`` (negative values
-wrap to p − |v|; values ≥ p are reduced). So a leaf may be a JSON integer, ``true``/``false``,
-or a string ``BigInt`` accepts: decimal with an optional sign, ``0x``/``0o``/``0b``, blanks
-around it, "" for 0. Everything else (fractions, null, objects, "1e3", "12abc") is an error
-naming the signal and the position. One deliberate difference: a JSON *number* beyond 2^53 is
-refused, because JavaScript silently rounds it (snarkjs would prove another value); quoted,
-it is exact.
+wrap to p − |v|). So a leaf may be a JSON integer, ``true``/``false``, or a string ``BigInt``
+accepts: decimal with an optional sign, ``0x``/``0o``/``0b``, blanks around it, "" for 0.
+Everything else (fractions, null, objects, "1e3", "12abc") is an error naming the signal and the
+position. Two deliberate differences, both where snarkjs would prove another value than the one
+written: a value outside the field (|v| ≥ p: snarkjs reduces it, silently) is refused, and so is
+a JSON *number* beyond 2^53, which JavaScript silently rounds (quoted, it is exact).
 
 A JSON object inside the document is a circom 2.2 bus, read as circom's own witness calculator reads it: each
 field is the input signal ``name.field``, an array whose leaves are all objects is an array of buses (``p[0].x``),
@@ -115,7 +115,7 @@ def _field_element(place: str, leaf: Any, prime: int) -> int:
         if abs(leaf) > MAX_SAFE_INTEGER:
             raise InputError(f"{where}: the JSON number {leaf} is beyond 2^53, where JavaScript (and so snarkjs) rounds it; "
                              f"write it as a string: \"{leaf}\"")
-        return leaf % prime
+        return _in_field(where, leaf, prime)
     if isinstance(leaf, float):
         if not leaf.is_integer():
             raise InputError(f"{where}: {leaf!r} is not an integer")
@@ -128,8 +128,16 @@ def _field_element(place: str, leaf: Any, prime: int) -> int:
             return 0  # BigInt("") is 0n
         if not _BIGINT_TEXT.fullmatch(text):
             raise InputError(f"{where}: {leaf!r} is not an integer (decimal, or 0x/0o/0b)")
-        return int(text, 0 if text[:2].lower() in ("0x", "0o", "0b") else 10) % prime
+        return _in_field(where, int(text, 0 if text[:2].lower() in ("0x", "0o", "0b") else 10), prime)
     raise InputError(f"{where}: a {_json_kind(leaf)} is not a field element (a number, or a string of digits)")
+
+
+def _in_field(where: str, value: int, prime: int) -> int:
+    """``value`` as a field element (a negative one wraps to p − |value|), or an error where |value| ≥ p."""
+    if -prime < value < prime:
+        return value % prime
+    raise InputError(f"{where}: {value} is outside the circuit's field (|value| must be below p = {prime}); snarkjs "
+                     "would reduce it modulo p and prove another value than the one written")
 
 
 def _json_kind(value: Any) -> str:
