@@ -144,6 +144,8 @@ def test_http_upload_that_asks_to_continue_is_invited_at_once_and_a_refused_one_
     ("missing signal", "checks", {"input": REJECTED["missing signal"][0]}, 400, REJECTED["missing signal"][1]),
     ("circom assert", "checks", {"input": REJECTED["circom assert"][0]}, 400, "assert failed: Error in template Checks_0"),
     ("no input field", "checks", {"inputs": GOOD}, 400, "unknown field(s) 'inputs'"),
+    ("nested too deeply", "checks", {"input": {"grid": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}}, 400,
+     "input grid: arrays nested more than 64 deep"),
     ("not an object", "checks", [GOOD], 400, 'request body: must be a JSON object {"input": {<signal>: <value>, ...}}, not a JSON array'),
     ("key without wasm", "nowasm", {"input": GOOD}, 400, "has no witness generator"),
 ])

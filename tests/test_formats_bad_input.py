@@ -348,3 +348,6 @@ def test_bad_public_json(tmp_path):
     (tmp_path / "key.json").write_bytes(b"zkey\x01\x00\x00\x00" + bytes(32))  # a .zkey where the vkey goes
     with pytest.raises(FormatError, match="key.json: is a binary .zkey file, not JSON"):
         read_vkey(tmp_path / "key.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(FormatError, match="deep.json: arrays or objects nested too deeply"):
+        read_public(tmp_path / "deep.json")

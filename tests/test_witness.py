@@ -119,6 +119,17 @@ def test_rejected_inputs_name_what_is_wrong(checks, name):
     assert str(exc.value).startswith(message)
 
 
+@pytest.mark.parametrize("deep, message", [
+    ("[" * 65 + "2" + "]" * 65, "input x: arrays nested more than 64 deep"),
+    ('{"y": ' * 65 + "2" + "}" * 65, "input x: buses or arrays nested more than 64 deep"),
+])
+def test_inputs_nested_past_any_circuits_are_refused(checks, deep, message):
+    """Nesting JSON's parser takes but no circuit has (Python's recursion would give out first): refused by name."""
+    with pytest.raises(InputError) as exc:
+        checks.calculate(parse_input_json('{"grid": [[2, 1, 1], [1, 1, 1]], "x": ' + deep + "}"))
+    assert str(exc.value) == message
+
+
 def test_json_number_beyond_2_53_is_refused_not_rounded(checks):
     """JavaScript rounds 12345678901234567891 to 12345678901234567168: refused here, with the exact way to write it."""
     with pytest.raises(InputError, match=r'beyond 2\^53.*write it as a string: "12345678901234567891"'):
@@ -127,6 +138,7 @@ def test_json_number_beyond_2_53_is_refused_not_rounded(checks):
 
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "input: must be a JSON object of signal name → value, not a JSON array"),
+    ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "input: arrays or objects nested too deeply to be circuit inputs"),
     ('{"x": NaN}', "input: NaN is not JSON"),
     ('{"x": ', "input: not JSON"),
     (b'{"x": "\xff"}', "input: not UTF-8"),

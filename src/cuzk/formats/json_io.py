@@ -111,6 +111,8 @@ def _load(path: str | os.PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError(path, "arrays or objects nested too deeply (not a snarkjs file)") from None
 
 
 def _field(obj: dict, key: str, source) -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+MAX_DEPTH = 64  # nesting of arrays and buses: far beyond any circuit's, well within Python's recursion limit
 MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: larger JSON numbers are rounded by JSON.parse
 
 # What BigInt(string) accepts, after trimming JavaScript's white space.
@@ -54,6 +55,8 @@ def parse_input_json(text: str | bytes, source: str = "input", shape: str = "of 
         raise InputError(f"{source}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not JSON: {exc}") from None
+    except RecursionError:
+        raise InputError(f"{source}: arrays or objects nested too deeply to be circuit inputs") from None
     if not isinstance(doc, dict):
         raise InputError(f"{source}: must be a JSON object {shape}, not a {_json_kind(doc)}")
     return doc
@@ -85,24 +88,28 @@ def fnv1a_64(name: str) -> int:
     return h
 
 
-def _bus_fields(name: str, value: Any) -> Iterator[tuple[str, Any]]:
+def _bus_fields(name: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
     """(signal name, value) of one input, a bus's fields qualified as circom 2.2's calculator qualifies them: an object's
     field ``f`` is ``name.f``; an array whose leaves are all objects is buses, element ``i`` named ``name[i]``."""
+    if depth == MAX_DEPTH:
+        raise InputError(f"input {name.partition('.')[0].partition('[')[0]}: buses or arrays nested more than {MAX_DEPTH} deep")
     if isinstance(value, dict):
         for field, item in value.items():
-            yield from _bus_fields(f"{name}.{field}", item)
+            yield from _bus_fields(f"{name}.{field}", item, depth + 1)
     elif isinstance(value, list) and value and all(isinstance(leaf, dict) for _, leaf in _flatten(name, value)):
         for i, item in enumerate(value):
-            yield from _bus_fields(f"{name}[{i}]", item)
+            yield from _bus_fields(f"{name}[{i}]", item, depth + 1)
     else:
         yield name, value
 
 
-def _flatten(where: str, value: Any) -> Iterator[tuple[str, Any]]:
+def _flatten(where: str, value: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
     """Leaves in row-major order, each with its place (``grid[1][2]``)."""
     if isinstance(value, list):
+        if depth == MAX_DEPTH:
+            raise InputError(f"input {where.partition('[')[0]}: arrays nested more than {MAX_DEPTH} deep")
         for i, item in enumerate(value):
-            yield from _flatten(f"{where}[{i}]", item)
+            yield from _flatten(f"{where}[{i}]", item, depth + 1)
     else:
         yield where, value
 
