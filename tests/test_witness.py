@@ -4,7 +4,9 @@ what snarkjs refuses (and only that), each refusal naming the signal or the circ
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -249,6 +251,14 @@ def test_not_a_witness_generator(tmp_path):
         WitnessCalculator(empty)
     with pytest.raises(FormatError, match="cannot open"):
         WitnessCalculator(tmp_path / "absent.wasm")
+
+
+def test_compiled_generators_are_cached_on_disk_for_the_next_process(tmp_path):
+    """wasmtime's module cache (under $XDG_CACHE_HOME) holds the compiled generator once a process has used it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = "import sys; from cuzk.witness import WitnessCalculator; WitnessCalculator(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, str(CHECKS_WASM)], env=env, check=True, timeout=120)
+    assert any(p.is_file() for p in (tmp_path / "wasmtime").rglob("*"))
 
 
 def test_signal_hash_is_circoms_fnv1a():
