@@ -349,5 +349,5 @@ def test_bad_public_json(tmp_path):
     with pytest.raises(FormatError, match="key.json: is a binary .zkey file, not JSON"):
         read_vkey(tmp_path / "key.json")
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(FormatError, match="deep.json: arrays or objects nested too deeply"):
+    with pytest.raises(FormatError, match="deep.json: arrays or objects nested more than 200 deep: not a snarkjs file"):
         read_public(tmp_path / "deep.json")

@@ -140,7 +140,7 @@ def test_json_number_beyond_2_53_is_refused_not_rounded(checks):
 
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "input: must be a JSON object of signal name → value, not a JSON array"),
-    ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "input: arrays or objects nested too deeply to be circuit inputs"),
+    ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "input: arrays or objects nested more than 200 deep: not circuit inputs"),
     ('{"x": NaN}', "input: NaN is not JSON"),
     ('{"x": ', "input: not JSON"),
     (b'{"x": "\xff"}', "input: not UTF-8"),
@@ -149,6 +149,18 @@ def test_input_document_errors(text, message):
     with pytest.raises(InputError) as exc:
         parse_input_json(text)
     assert str(exc.value).startswith(message)
+
+
+def test_deep_nesting_is_refused_before_parsing_whatever_the_recursion_limit():
+    """py_ecc raises the recursion limit to 100,000, past what the C stack holds: json's C parser then crashed the
+    process on a document nested that deep (it did in the full suite) instead of raising RecursionError."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 200_000))
+    try:
+        with pytest.raises(InputError, match="nested more than 200 deep"):
+            parse_input_json('{"x": ' + "[" * 150_000 + "]" * 150_000 + "}")
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _snarkjs_wtns(tmp_path: Path, doc) -> bytes | None:

@@ -88,3 +88,21 @@ def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
         items = [pad + dumps_like_snarkjs(v, _level + 1) for v in obj]
         return "[\n" + ",\n".join(items) + ("\n" if items else "") + close + "]"
     return _leaf(obj)
+
+
+MAX_NESTING = 200  # arrays and objects within each other that a document may have: far past any snarkjs file or input
+
+
+def nested_too_deeply(text: str, limit: int = MAX_NESTING) -> bool:
+    """Whether JSON ``text`` nests arrays and objects more than ``limit`` deep (brackets in strings do not count).
+
+    Checked before parsing: the C parser recurses once per level, bounded only by the interpreter's recursion limit,
+    which a library may raise past what the C stack holds (py_ecc sets 100,000), and a document nested that deep then
+    crashes the process instead of raising ``RecursionError``."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    import re
+    from itertools import accumulate
+
+    brackets = re.sub(r'"(?:[^"\\]|\\.)*"|[^\[\]{}"]+', "", text).replace('"', "")  # strings out, then all but brackets
+    return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0) > limit

@@ -20,7 +20,7 @@ from typing import Any
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_json, g1_to_json, g2_from_json, g2_to_json
-from ..json_text import dumps_like_snarkjs
+from ..json_text import MAX_NESTING, dumps_like_snarkjs, nested_too_deeply
 from .errors import FormatError
 
 # An Fq12 element in snarkjs's layout: [[[c000, c001], [c010, c011], [c020, c021]], [[...], [...], [...]]]
@@ -107,12 +107,12 @@ def _load(path: str | os.PathLike) -> Any:
         text = data.decode()
     except UnicodeDecodeError:
         raise FormatError(path, "is not UTF-8 text") from None
+    if nested_too_deeply(text):
+        raise FormatError(path, f"arrays or objects nested more than {MAX_NESTING} deep: not a snarkjs file")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise FormatError(path, "arrays or objects nested too deeply (not a snarkjs file)") from None
 
 
 def _field(obj: dict, key: str, source) -> Any:

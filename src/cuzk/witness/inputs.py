@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..json_text import MAX_NESTING, nested_too_deeply
+
 MAX_DEPTH = 64  # nesting of arrays and buses: far beyond any circuit's, well within Python's recursion limit
 MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: larger JSON numbers are rounded by JSON.parse
 
@@ -50,13 +52,15 @@ def parse_input_json(text: str | bytes, source: str = "input", shape: str = "of 
         raise InputError(f"{source}: {name} is not JSON")
 
     try:
+        if isinstance(text, (bytes, bytearray)):
+            text = text.decode()
+        if nested_too_deeply(text):
+            raise InputError(f"{source}: arrays or objects nested more than {MAX_NESTING} deep: not circuit inputs")
         doc = json.loads(text, parse_constant=no_constant)
     except UnicodeDecodeError as exc:
         raise InputError(f"{source}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not JSON: {exc}") from None
-    except RecursionError:
-        raise InputError(f"{source}: arrays or objects nested too deeply to be circuit inputs") from None
     if not isinstance(doc, dict):
         raise InputError(f"{source}: must be a JSON object {shape}, not a {_json_kind(doc)}")
     return doc
