@@ -142,3 +142,28 @@ def test_the_local_http_client_reads_the_daemons_answer_and_names_what_is_not_on
         for server in servers:
             server.shutdown()
             server.server_close()
+
+
+@pytest.mark.parametrize("doc", [{}, [], {"proof": {"pi_a": ["1", "2", "1"], "protocol": "groth16"}, "publicSignals": []},
+                                 {"t": 0.25, "n": -3, "ok": True, "no": None, "s": "é\u2028\"\\"}, [[1, [2, []]], {"a": {}}]])
+def test_json_text_reads_what_json_reads_and_writes_what_snarkjs_writes(doc):
+    """The daemon's client reads and writes JSON without importing json: the same values, and snarkjs's layout
+    (json's indent=1, but an empty array or object written across two lines, as snarkjs's bfj does)."""
+    import json
+
+    from cuzk.json_text import dumps_like_snarkjs, loads
+
+    assert loads(json.dumps(doc)) == doc and loads(f" {json.dumps(doc)}\n".encode()) == doc
+    text = dumps_like_snarkjs(doc)
+    assert json.loads(text) == doc
+    if "[]" not in json.dumps(doc) and "{}" not in json.dumps(doc):
+        assert text == json.dumps(doc, indent=1, ensure_ascii=False)
+    assert dumps_like_snarkjs([]) == "[\n]" and dumps_like_snarkjs({"a": []}) == '{\n "a": [\n ]\n}'
+
+
+@pytest.mark.parametrize("text", ["", "NaN", "[1] x", '{"a": }', b"\xff"])
+def test_json_text_refuses_what_is_not_json(text):
+    from cuzk.json_text import loads
+
+    with pytest.raises(ValueError):
+        loads(text)

@@ -31,7 +31,6 @@ class _ScannerContext:
     parse_float = float
     parse_int = int
     parse_constant = staticmethod(_no_constant)
-    memo: dict = {}
 
 
 _scan = _json.make_scanner(_ScannerContext()) if _json is not None else None
