@@ -2,8 +2,8 @@
 
 The ``json`` package imports ``re`` (and with it enum, functools, collections): ~10 ms of a one-shot ``cuzk prove``
 that a local daemon answers on two cores, a quarter of the whole call on a small circuit, for a client that only
-reads one answer and writes two small files. ``_json`` is the C scanner and string encoder ``json`` itself runs on;
-where it is missing (not CPython), ``json`` does the work.
+reads one answer and writes two small files. ``_json`` is the C scanner and string encoder ``json`` itself runs on
+(CPython's, which cuzk needs anyway for numba).
 """
 
 from __future__ import annotations
@@ -12,10 +12,7 @@ TYPE_CHECKING = False  # typing's own constant costs its import: type checkers t
 if TYPE_CHECKING:
     from typing import Any
 
-try:
-    import _json
-except ImportError:  # pragma: no cover - CPython always has it
-    _json = None
+import _json
 
 
 def _no_constant(name: str) -> Any:
@@ -33,16 +30,12 @@ class _ScannerContext:
     parse_constant = staticmethod(_no_constant)
 
 
-_scan = _json.make_scanner(_ScannerContext()) if _json is not None else None
+_scan = _json.make_scanner(_ScannerContext())
 _WHITESPACE = " \t\n\r"
 
 
 def loads(text: str | bytes) -> Any:
     """``json.loads`` for UTF-8 text: a ``ValueError`` (``json.JSONDecodeError`` inside a document) for what is not JSON."""
-    if _scan is None:  # pragma: no cover
-        import json
-
-        return json.loads(text)
     if isinstance(text, (bytes, bytearray)):
         text = text.decode()
     start = len(text) - len(text.lstrip(_WHITESPACE))
@@ -57,7 +50,7 @@ def loads(text: str | bytes) -> Any:
 
 def _leaf(value: Any) -> str:
     if isinstance(value, str):
-        return _json.encode_basestring(value) if _json is not None else _fallback_string(value)
+        return _json.encode_basestring(value)
     if value is True:
         return "true"
     if value is False:
@@ -69,12 +62,6 @@ def _leaf(value: Any) -> str:
     if isinstance(value, float) and value - value == 0:  # finite
         return float.__repr__(value)
     raise ValueError(f"{value!r} ({type(value).__name__}) has no JSON form")
-
-
-def _fallback_string(value: str) -> str:  # pragma: no cover
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
 
 
 def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
