@@ -232,11 +232,13 @@ PROVE_FILES = ["k.zkey", "w.wtns", "proof.json", "public.json"]
     ["-", *PROVE_FILES[1:], "--verbose", "--quiet", "--priority", "low", "--priority", "critical"],
 ])
 def test_a_plain_prove_command_line_reads_as_the_parser_reads_it(argv):
-    """A one-shot `cuzk prove` reads its plain command lines from the parser's own table (cli_args.parse_plain),
-    without argparse: the same values as the parser's, every default included."""
+    """A one-shot `cuzk prove` or `fullprove` reads its plain command lines from the parser's own table
+    (cli_args.parse_plain), without argparse: the same values as the parser's, every default included."""
     from cuzk.cli import _plain_prove, build_parser
 
     assert vars(_plain_prove(["prove", *argv])) == vars(build_parser("prove").parse_args(["prove", *argv]))
+    full = ["input.json", *argv]  # fullprove's files: the input, then the wasm in the witness's place
+    assert vars(_plain_prove(["fullprove", *full])) == vars(build_parser("fullprove").parse_args(["fullprove", *full]))
 
 
 @pytest.mark.parametrize("argv", [
@@ -250,4 +252,4 @@ def test_every_other_command_line_is_left_to_the_parser(argv):
     from cuzk.cli import _plain_prove
 
     assert _plain_prove(["prove", *argv]) is None
-    assert _plain_prove(["fullprove", *argv]) is None
+    assert _plain_prove(["fullprove", "input.json", *argv]) is None

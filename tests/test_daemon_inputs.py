@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ from cuzk.formats.wtns import wtns_bytes
 from cuzk.memory.budget import MemoryBudget
 from cuzk.server.http_prove import HttpProver
 from cuzk.witness import InputError, WitnessCalculator
-from test_daemon import TOKEN, DaemonProcess
+from test_daemon import REPO, TOKEN, DaemonProcess
 from test_witness import CHECKS_WASM, FIXTURES, GRID, REJECTED
 
 GOOD = {"grid": GRID, "x": 2}
@@ -250,6 +253,24 @@ def test_a_plain_fullprove_goes_to_the_local_daemon_unless_told_otherwise(daemon
         code, args = _main(["fullprove", *flags, *files])
         assert (code, args.answered_by_daemon) == (0, on_daemon), flags
         assert load_json(public) == GOOD_PUBLIC and snarkjs_verify(checks_key[1], public, proof), flags
+
+
+def test_a_fullprove_the_daemon_answers_calculates_the_witness_without_the_prover(daemon, checks_key, tmp_path):
+    """The client calculates the witness (numpy, wasmtime) and hands the daemon its bytes, which the daemon's intake
+    checks: it imports neither numba nor gRPC nor the prover, nor argparse for a plain command line."""
+    inp, proof, public = tmp_path / "input.json", tmp_path / "p.json", tmp_path / "pub.json"
+    inp.write_text(json.dumps(GOOD))
+    done = subprocess.run([sys.executable, "-X", "importtime", str(REPO / "bin" / "cuzk"), "fullprove", str(inp), str(CHECKS_WASM),
+                           str(checks_key[0]), str(proof), str(public)],
+                          env={**os.environ, "CUZK_DAEMON": f"unix:{daemon.socket}"}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert {"cuzk.local_client", "wasmtime"} <= imported
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("numba", "llvmlite", "grpc", "google", "argparse")
+                   or m.startswith(("cuzk.prover", "cuzk.backends", "cuzk.engine", "cuzk.ff", "cuzk.formats.r1cs",
+                                    "cuzk.formats.zkey")))
+    assert heavy == []
+    assert load_json(public) == GOOD_PUBLIC and snarkjs_verify(checks_key[1], public, proof)
 
 
 def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):

@@ -36,7 +36,7 @@ from cuzk.formats.json_io import (
 from cuzk.formats.limbs import first_not_below, ints_to_limbs, limbs_to_int, limbs_to_ints
 from cuzk.formats.r1cs import R1CS, SparseMatrix, check_satisfied, read_r1cs, write_r1cs
 from cuzk.formats.errors import FormatError
-from cuzk.formats.wtns import read_wtns, write_wtns
+from cuzk.formats.wtns import read_wtns, write_wtns, wtns_bytes
 from cuzk.formats.zkey import (
     MPCParams,
     ZKey,
@@ -304,6 +304,17 @@ def test_write_wtns_rejects_unreduced_values_and_wrong_arrays(tmp_path):
     with pytest.raises(ValueError, match="uint32"):
         write_wtns(tmp_path / "w.wtns", BN254, np.zeros((3, 8), dtype=np.int64))
     assert not (tmp_path / "w.wtns").exists()
+
+
+def test_witness_bytes_for_the_engine_are_checked_where_the_engine_reads_them(tmp_path):
+    """wtns_bytes (a client's witness on its way to the daemon) leaves the range check to read_wtns, the engine's
+    intake: the client of a daemon need not load the numba kernel that does it."""
+    path = tmp_path / "w.wtns"
+    path.write_bytes(wtns_bytes(BN254, [1, BN254.r, 2]))
+    with pytest.raises(FormatError, match="value #1 is not reduced"):
+        read_wtns(path, resident=False)
+    with pytest.raises(ValueError, match="uint32"):
+        wtns_bytes(BN254, np.zeros((3, 8), dtype=np.int64))
 
 
 # r1cs -------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from cuzk.curves import BLS12_381, BN254
-from cuzk.formats import FormatError
+from cuzk.formats.errors import FormatError
 from cuzk.formats.binfile import BinFile
 from cuzk.formats.json_io import read_proof, read_public, read_vkey
 from cuzk.formats.limbs import ints_to_limbs

@@ -440,6 +440,8 @@ LOCAL_DAEMON_OPTIONS = (
 )
 
 PROVE_ARGUMENTS = (arg("zkey"), arg("wtns"), arg("proof"), arg("public"), *PROVING_OPTIONS, *LOCAL_DAEMON_OPTIONS)
+FULLPROVE_ARGUMENTS = (arg("input"), arg("wasm"), arg("zkey"), arg("proof"), arg("public"), *PROVING_OPTIONS,
+                       *LOCAL_DAEMON_OPTIONS)
 
 
 def _add_external(module: str, adder: str):
@@ -461,12 +463,7 @@ def _add_prove_command(sub: argparse._SubParsersAction) -> None:
 def _add_fullprove_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("fullprove", help="calculate the witness and prove: cuzk fullprove <input.json> <circuit.wasm> <zkey> "
                                          "<proof.json> <public.json>")
-    p.add_argument("input")
-    p.add_argument("wasm")
-    p.add_argument("zkey")
-    p.add_argument("proof")
-    p.add_argument("public")
-    add_arguments(p, (*PROVING_OPTIONS, *LOCAL_DAEMON_OPTIONS))
+    add_arguments(p, FULLPROVE_ARGUMENTS)
     p.set_defaults(func=_cmd_fullprove)
 
 
@@ -591,15 +588,17 @@ def _use_jit_cache() -> None:
 
 
 def _plain_prove(argv: list[str]):
-    """The arguments of a ``cuzk prove`` command line in the plain forms ``cli_args.parse_plain`` reads, as the
-    parser's namespace, without building the parser (argparse's imports and parsers cost a one-shot call on a local
-    daemon ~15 ms); None for any other command line, which the parser reads."""
-    values = parse_plain(argv[1:], PROVE_ARGUMENTS) if argv[:1] == ["prove"] else None
+    """The arguments of a ``cuzk prove`` or ``fullprove`` command line in the plain forms ``cli_args.parse_plain``
+    reads, as the parser's namespace, without building the parser (argparse's imports and parsers cost a one-shot call
+    on a local daemon ~15 ms); None for any other command line, which the parser reads."""
+    table, func = {"prove": (PROVE_ARGUMENTS, _cmd_prove), "fullprove": (FULLPROVE_ARGUMENTS, _cmd_fullprove)}.get(
+        argv[0] if argv else "", ((), None))
+    values = parse_plain(argv[1:], table) if func else None
     if values is None:
         return None
     from types import SimpleNamespace
 
-    return SimpleNamespace(command="prove", func=_cmd_prove, **values)
+    return SimpleNamespace(command=argv[0], func=func, **values)
 
 
 def main(argv: list[str] | None = None) -> int:

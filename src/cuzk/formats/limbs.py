@@ -6,10 +6,10 @@ join and a frombuffer, not a million numpy element writes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import numpy as np
-from numba import njit
 
 
 def ints_to_limbs(values: Iterable[int], n_limbs: int) -> np.ndarray:
@@ -51,11 +51,19 @@ def first_not_below(limbs: np.ndarray, bound: int) -> int | None:
     if bound >> (32 * n_limbs):
         return None  # every representable value is below the bound
     bound_limbs = np.array([(bound >> (32 * i)) & 0xFFFFFFFF for i in range(n_limbs)], dtype=np.uint32)
-    bad = _first_not_below(limbs if limbs.dtype == np.uint32 else limbs.astype(np.uint32), bound_limbs)  # views stay views
+    bad = _scan_kernel()(limbs if limbs.dtype == np.uint32 else limbs.astype(np.uint32), bound_limbs)  # views stay views
     return None if bad < 0 else int(bad)
 
 
-@njit(cache=True, nogil=True)
+@functools.cache
+def _scan_kernel():
+    """The scan, compiled (or loaded from numba's cache) at the first check: numba is imported then, not by a process
+    that only converts limbs or writes a witness for the engine to check (``cuzk fullprove``'s client of a daemon)."""
+    from numba import njit
+
+    return njit(cache=True, nogil=True)(_first_not_below)
+
+
 def _first_not_below(limbs, bound_limbs):
     for i in range(limbs.shape[0]):
         below = False

@@ -80,23 +80,30 @@ def wtns_file_size(curve: Curve, n_values: int) -> int:
 
 
 def write_wtns(path: str | os.PathLike, curve: Curve, values: np.ndarray | Sequence[int]) -> None:
-    """Write a witness as snarkjs does (version 2); ``values`` are ints or an (n, limbs) uint32 array, standard form."""
-    write_binfile(path, "wtns", WTNS_VERSION, _sections(curve, values))
+    """Write a witness as snarkjs does (version 2); ``values`` are ints or an (n, limbs) uint32 array, standard form,
+    each checked to be below r: the file may go to any prover."""
+    arr = _limbs(curve, values)
+    bad = first_not_below(arr, curve.r)
+    if bad is not None:
+        raise ValueError(f"witness value #{bad} is not reduced modulo the {curve.name} scalar field prime")
+    write_binfile(path, "wtns", WTNS_VERSION, _sections(curve, arr))
 
 
 def wtns_bytes(curve: Curve, values: np.ndarray | Sequence[int]) -> bytes:
-    """The .wtns file :func:`write_wtns` writes, as bytes (a witness calculated in the daemon, on its way to the journal)."""
-    return binfile_bytes("wtns", WTNS_VERSION, _sections(curve, values))
+    """The .wtns file :func:`write_wtns` writes, as bytes, for the engine (the daemon's, or this machine's by
+    ``cuzk fullprove``), whose intake reads them with :func:`read_wtns` and so checks each value there."""
+    return binfile_bytes("wtns", WTNS_VERSION, _sections(curve, _limbs(curve, values)))
 
 
-def _sections(curve: Curve, values: np.ndarray | Sequence[int]) -> list:
+def _limbs(curve: Curve, values: np.ndarray | Sequence[int]) -> np.ndarray:
     n_limbs = curve.Fr.limbs32
     arr = values if isinstance(values, np.ndarray) else ints_to_limbs(values, n_limbs)
     if arr.dtype != np.uint32 or arr.ndim != 2 or arr.shape[1] != n_limbs:
         raise ValueError(f"witness values must be an (n, {n_limbs}) uint32 array for {curve.name}, got {arr.dtype} {arr.shape}")
-    bad = first_not_below(arr, curve.r)
-    if bad is not None:
-        raise ValueError(f"witness value #{bad} is not reduced modulo the {curve.name} scalar field prime")
+    return arr
+
+
+def _sections(curve: Curve, arr: np.ndarray) -> list:
     n8 = n8_of(curve.r)
     header = n8.to_bytes(4, "little") + curve.r.to_bytes(n8, "little") + arr.shape[0].to_bytes(4, "little")
     return [(HEADER, [header]), (VALUES, [arr.astype("<u4", copy=False)])]
