@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,13 +16,15 @@ import pytest
 from conftest import load_json, snarkjs_verify
 from cuzk.client import DaemonError
 from cuzk.engine import Engine, EngineConfig
+from cuzk.curves import BN254
 from cuzk.engine.admission import JobTooLarge
+from cuzk.engine.witnesses import WitnessCalculators
 from cuzk.formats.wtns import wtns_bytes
 from cuzk.memory.budget import MemoryBudget
 from cuzk.server.http_prove import HttpProver
 from cuzk.witness import InputError, WitnessCalculator
 from test_daemon import REPO, TOKEN, DaemonProcess
-from test_witness import CHECKS_WASM, FIXTURES, GRID, REJECTED
+from test_witness import BUS_WASM, CHECKS_WASM, FIXTURES, GRID, REJECTED
 
 GOOD = {"grid": GRID, "x": 2}
 GOOD_PUBLIC = ["11", "2"]  # sum = 2+1+1+1+1+1 + x², then x
@@ -271,6 +274,23 @@ def test_a_fullprove_the_daemon_answers_calculates_the_witness_without_the_prove
                                     "cuzk.formats.zkey")))
     assert heavy == []
     assert load_json(public) == GOOD_PUBLIC and snarkjs_verify(checks_key[1], public, proof)
+
+
+def test_the_daemon_logs_a_circuits_log_lines_at_debug_only(caplog):
+    """A circuit's log() lines, which the CLI prints, go to the daemon's log with the key's name at DEBUG, and are not
+    even assembled otherwise."""
+    calculators = WitnessCalculators(MemoryBudget(1 << 30), workers=1)
+    calculators.set("bus", WitnessCalculator(BUS_WASM))
+    inputs = {"p": [{"x": 3, "y": 5}, {"x": 7, "y": 11}]}
+    try:
+        with caplog.at_level(logging.INFO, logger="cuzk.witness"):
+            calculators.wtns("bus", inputs)
+        assert caplog.records == []
+        with caplog.at_level(logging.DEBUG, logger="cuzk.witness"):
+            calculators.wtns("bus", inputs)
+        assert [r.getMessage() for r in caplog.records] == [f"bus: r = 21 236 p.x - q.x = {BN254.r - 4}"]
+    finally:
+        calculators.close()
 
 
 def test_a_keys_wasm_is_remembered_across_restarts(checks_key, tmp_path):

@@ -4,11 +4,13 @@ One owner for the keys' compiled witness generators and the threads that run the
 calculation (seconds, for a big circuit) never holds the caller's intake thread longer than
 the calculation itself and never runs more than ``witness_workers`` at once. Each one holds a
 transient reservation in the host budget for its instance's memory and the witness while it
-runs; one that could never fit is ``JobTooLarge``.
+runs; one that could never fit is ``JobTooLarge``. The circuit's ``log()`` lines go to the daemon's
+log at DEBUG (``log_level = "debug"``): a circuit that logs in a loop would otherwise fill it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from concurrent.futures import CancelledError, ThreadPoolExecutor
@@ -22,6 +24,8 @@ from ..witness import WitnessCalculator, parse_input_json
 from .admission import JobTooLarge
 from .jobs import JobError
 from .tracker import EngineStopped
+
+log = logging.getLogger("cuzk.witness")
 
 
 class WitnessCalculators:
@@ -52,13 +56,14 @@ class WitnessCalculators:
             raise JobError(f"key {name!r} has no witness generator: send a witness, or register the circuit's .wasm "
                            "with the key ([engine.wasm] in the daemon's config)")
         doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
+        circuit_log = (lambda line: log.debug("%s: %s", name, line)) if log.isEnabledFor(logging.DEBUG) else None
         try:
             reservation = self._budget.acquire(calculator.calculation_bytes, "transient", label=f"witness ({name})")
         except BudgetExceededError as exc:
             raise JobTooLarge(f"calculating a witness of {name!r}: {exc}; it can never run here") from None
         with reservation:
             try:
-                pending = self._pool.submit(lambda: wtns_bytes(calculator.curve, calculator.calculate(doc)))
+                pending = self._pool.submit(lambda: wtns_bytes(calculator.curve, calculator.calculate(doc, log=circuit_log)))
             except RuntimeError:  # closed since the caller looked
                 raise EngineStopped("the engine is stopping; submit to the next one") from None
             try:
