@@ -1,5 +1,6 @@
 """snarkjs's ceremony record (prover/ceremony.py) against snarkjs and ffjavascript themselves: ChaCha, hashToG2, the
-uncompressed encoding its hashes absorb, and a contribution's proof of knowledge."""
+wasm's point subtraction on unreduced input, the uncompressed encoding its hashes absorb, a contribution's proof of
+knowledge."""
 
 from __future__ import annotations
 
@@ -14,17 +15,28 @@ import pytest
 
 from conftest import REPO
 from cuzk.curves import BLS12_381, BN254
-from cuzk.curves.serialize import g1_to_bytes, g1_to_uncompressed, g2_to_bytes, g2_to_uncompressed
-from cuzk.prover.ceremony import ChaCha, contribution, hash_to_g2, uncompressed_points
+from cuzk.curves.serialize import g1_from_bytes, g1_to_bytes, g1_to_uncompressed, g2_to_bytes, g2_to_uncompressed
+from cuzk.prover.ceremony import ChaCha, contribution, hash_to_g2, uncompressed_points, wasm_sub_affine
 
 CURVES = [BN254, BLS12_381]
 NODE_MODULES = REPO / "tests" / "oracle" / "node_modules"
 SEEDS = [[0] * 8, [0xFFFFFFFF] * 8, list(range(1, 9))]
 DIGESTS = [bytes(64), b"\xab" * 64] + [random.Random(i).randbytes(64) for i in range(6)]
 
+
+def _differences(curve) -> list[tuple[bytes, bytes]]:
+    """(P as raw limbs, Q) pairs: P a point, or any bytes (coordinates ≥ q included, as zkey new may read), Q = k·G1."""
+    G1, rng = curve.G1, random.Random(curve.name)
+    point = g1_to_bytes(curve, G1.mul(G1.generator, 5))
+    raw = [rng.randbytes(2 * curve.Fq.n8) for _ in range(6)] + [b"\xff" * (2 * curve.Fq.n8), point]
+    return [(a, g1_to_bytes(curve, G1.mul(G1.generator, 1000 + i))) for i, a in enumerate(raw)]
+
+
+DIFFERENCES = {curve.name: _differences(curve) for curve in (BN254, BLS12_381)}
+
 # snarkjs's own hashToG2 (src/keypair.js) on its own curves, and ffjavascript's ChaCha words, 64-bit draws and booleans.
 ORACLE = """
-const [modules, seeds, digests] = process.argv.slice(1);
+const [modules, seeds, digests, differences] = process.argv.slice(1);
 const { ChaCha } = await import(`${modules}/ffjavascript/main.js`);
 const { hashToG2 } = await import(`${modules}/snarkjs/src/keypair.js`);
 const { getCurveFromName } = await import(`${modules}/snarkjs/src/curves.js`);
@@ -39,6 +51,12 @@ for (const name of ["bn128", "bls12381"]) {
         const P = curve.G2.toAffine(hashToG2(curve, Buffer.from(hex, "hex")));
         return curve.G2.toObject(P).slice(0, 2).map((c) => c.map(String));
     });
+    out[`${name} sub`] = JSON.parse(differences)[name].map(([a, b]) => {
+        const P = curve.G1.toAffine(curve.G1.sub(Buffer.from(a, "hex"), Buffer.from(b, "hex")));  // wasm g1m_subAffine
+        const bytes = new Uint8Array(curve.G1.F.n8 * 2);
+        curve.G1.toRprUncompressed(bytes, 0, P);
+        return Buffer.from(bytes).toString("hex");
+    });
     await curve.terminate();
 }
 console.log(JSON.stringify(out));
@@ -49,8 +67,9 @@ console.log(JSON.stringify(out));
 def snarkjs_values():
     if not ((NODE_MODULES / "snarkjs").exists() and shutil.which("node")):
         pytest.skip("node + snarkjs (tests/oracle) not installed")
-    res = subprocess.run(["node", "--input-type=module", "-e", ORACLE, str(NODE_MODULES), json.dumps(SEEDS), json.dumps([d.hex() for d in DIGESTS])],
-                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    differences = {name: [(a.hex(), b.hex()) for a, b in pairs] for name, pairs in DIFFERENCES.items()}
+    res = subprocess.run(["node", "--input-type=module", "-e", ORACLE, str(NODE_MODULES), json.dumps(SEEDS), json.dumps([d.hex() for d in DIGESTS]),
+                          json.dumps(differences)], capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     return json.loads(res.stdout)
 
 
@@ -69,6 +88,14 @@ def test_hash_to_g2_is_snarkjs(snarkjs_values, curve):
         P = hash_to_g2(curve, digest)
         assert [[str(c) for c in P[0]], [str(c) for c in P[1]]] == [x, y], digest.hex()
         assert curve.G2.mul(P, curve.r) is None  # in the order-r group: the cofactor was applied
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=lambda c: c.name)
+def test_wasm_sub_affine_is_ffjavascripts_even_on_unreduced_coordinates(snarkjs_values, curve):
+    L = curve.Fq.limbs32
+    for (a, b), expected in zip(DIFFERENCES[curve.name], snarkjs_values[f"{curve.name} sub"]):
+        P = wasm_sub_affine(curve, np.frombuffer(a, "<u4").reshape(2, L), g1_from_bytes(curve, b))
+        assert g1_to_uncompressed(curve, P).hex() == expected, a.hex()
 
 
 def test_chacha_seed_is_eight_words():

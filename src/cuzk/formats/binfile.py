@@ -152,6 +152,13 @@ class BinFile:
         self._file.seek(sec.offset + offset)
         return self._file.read(length)
 
+    def read_at(self, offset: int, length: int) -> bytes:
+        """A copy of bytes anywhere in the file, whichever sections they belong to."""
+        if offset < 0 or length < 0 or offset + length > self.file_size:
+            raise self.error(None, f"needs bytes {offset}..{offset + length} but the file has {self.file_size}")
+        self._file.seek(offset)
+        return self._file.read(length)
+
     def view(self, stype: int, dtype: np.dtype | str, shape: tuple[int, ...], offset: int = 0) -> np.ndarray:
         """A read-only zero-copy array of ``shape`` over the section's payload from ``offset``."""
         sec = self.section(stype)

@@ -149,6 +149,13 @@ class Ptau:
         """τ^i·G1 for i < count (section tauG1, which holds 2·2^power − 1 of them)."""
         return self._points(2, 1, 0, count)
 
+    def past_tau_g1(self) -> np.ndarray:
+        """The point's worth of bytes that follow section tauG1 in the file, as a point's limbs (unchecked, maybe
+        unreduced): snarkjs's ``zkey new`` reads them as τ^(2·2^power − 1)·G1 in one case (see prover/setup.py)."""
+        sec = self._bin.section(2)
+        raw = self._bin.read_at(sec.offset + sec.size, self._point_bytes(1))
+        return np.frombuffer(raw, "<u4").reshape(1, 2, self.curve.Fq.limbs32)
+
     def alpha_g1(self) -> np.ndarray:
         return self._points(4, 1, 0, 1)[0]
 

@@ -23,9 +23,9 @@ import numpy as np
 
 from ..curves import Curve
 from ..curves.ec import Point
-from ..curves.serialize import g1_to_uncompressed, g2_to_uncompressed
+from ..curves.serialize import g1_from_bytes, g1_to_uncompressed, g2_to_uncompressed
 from ..ff.field import as_u64, field_consts, fp_scale_vec
-from ..formats.limbs import ints_to_limbs
+from ..formats.limbs import ints_to_limbs, limbs_to_ints
 from ..formats.zkey import CS_HASH_BYTES, TRANSCRIPT_BYTES, ZKeyContribution
 
 _WORD = 0xFFFFFFFF
@@ -34,7 +34,7 @@ _COLUMNS_THEN_DIAGONALS = ((0, 4, 8, 12), (1, 5, 9, 13), (2, 6, 10, 14), (3, 7, 
                            (0, 5, 10, 15), (1, 6, 11, 12), (2, 7, 8, 13), (3, 4, 9, 14))  # fmt: skip
 
 
-def _chacha_blocks(seed: tuple[int, ...]) -> Iterator[int]:
+def _chacha_words(seed: tuple[int, ...]) -> Iterator[int]:
     """ChaCha20's output words: the seed words as the key, a 128-bit block counter in words 12..15, no nonce."""
     counter = 0
     while True:
@@ -56,7 +56,7 @@ class ChaCha:
     def __init__(self, seed: tuple[int, ...]):
         if len(seed) != 8 or not all(0 <= w <= _WORD for w in seed):
             raise ValueError("a ChaCha seed is 8 32-bit words")
-        self._words = _chacha_blocks(tuple(seed))
+        self._words = _chacha_words(tuple(seed))
 
     def next_u32(self) -> int:
         return next(self._words)
@@ -112,6 +112,44 @@ def uncompressed_points(curve: Curve, points: np.ndarray) -> bytes:
     standard = np.empty_like(limbs)
     fp_scale_vec(as_u64(limbs), as_u64(ints_to_limbs([1], curve.Fq.limbs32))[0], as_u64(standard), field_consts(curve.Fq))
     return standard.view(np.uint8).reshape(n, 2, -1)[:, :, ::-1].tobytes()
+
+
+def wasm_sub_affine(curve: Curve, raw: np.ndarray, Q: Point) -> Point:
+    """P − Q (Q a point, not infinity) as ffjavascript's wasm ``g1m_subAffine`` computes it for a P given as raw
+    Montgomery limbs ``(2, L)``, which may be unreduced (up to 2^(8·n8) − 1): its additions and subtractions then wrap
+    modulo 2^(8·n8) and stop agreeing with arithmetic modulo q. zkey new hashes one such point (prover/setup.py)."""
+    q, R = curve.q, 1 << (8 * curve.Fq.n8)
+    x1, y1 = limbs_to_ints(raw.reshape(2, -1))
+    if x1 < q and y1 < q:  # coordinates any arithmetic agrees on
+        return curve.G1.sub(g1_from_bytes(curve, raw.tobytes()), Q)
+    q_inv = pow(q, -1, R)
+
+    def fold(t: int) -> int:  # a sum or Montgomery product (< 2^(8·n8) + q) after its one conditional subtraction of q
+        return (t - R - q) % R if t >= R else t - q if t >= q else t
+
+    def add(a: int, b: int) -> int:
+        return fold(a + b)
+
+    def sub(a: int, b: int) -> int:
+        return a - b if a >= b else (a - b + R + q) % R
+
+    def mul(a: int, b: int) -> int:
+        return fold((a * b + (-a * b * q_inv % R) * q) // R)
+
+    Fq = curve.Fq
+    x2, y2 = Fq.to_mont(Q[0]), sub(0, Fq.to_mont(Q[1]))
+    h, dy = sub(x2, x1), sub(y2, y1)  # addAffine's formulas, operation by operation
+    hh = mul(h, h)
+    i = add(add(hh, hh), add(hh, hh))
+    j, r, v = mul(h, i), add(dy, dy), mul(x1, i)
+    x3 = sub(sub(mul(r, r), j), add(v, v))
+    y1j = mul(y1, j)
+    y3 = sub(mul(sub(v, x3), r), add(y1j, y1j))
+    z = Fq.from_mont(add(h, h))  # batchToAffine only multiplies and inverts from here: arithmetic modulo q again
+    if z == 0:
+        return None
+    z_inv = Fq.inv(z)
+    return Fq.mul(Fq.from_mont(x3), Fq.sqr(z_inv)), Fq.mul(Fq.from_mont(y3), Fq.pow(z_inv, 3))
 
 
 class CircuitHash:

@@ -52,12 +52,12 @@ from ..backends import Backend, get_backend
 from ..ff.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, first_invalid_point, sparse_combinations
 from ..curves import Curve
-from ..curves.serialize import g1_from_bytes, g2_from_bytes
+from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes
 from ..formats.limbs import ints_to_limbs
 from ..formats.ptau import Ptau, read_ptau
 from ..formats.r1cs import R1CS, SparseMatrix, read_r1cs
 from ..formats.zkey import CS_HASH_BYTES, MPCParams, coeff_dtype, encode_coeff_values, write_zkey
-from .ceremony import CircuitHash, contribution
+from .ceremony import CircuitHash, contribution, wasm_sub_affine
 
 TEST_ONLY_NAME = "cuzk setup, TEST ONLY: toxic waste sampled locally"
 CHUNK_POINTS = 1 << 16  # points computed and written per piece of a section
@@ -353,7 +353,11 @@ class _FromPtau(_Sections):
         # C_i/IC_i = Σ A[c][i]·β·L_c + B[c][i]·α·L_c + C[c][i]·L_c: merge the three column sets.
         a, b, c = self.cols
         self.k_cols = _merge_columns([(a, 2 * n), (b, n), (c, 0)], r1cs.n_wires)
-        self.tau_powers = valid(ptau.tau_g1(n + _hashed_h_points(log_n)), "the powers of section tauG1")
+        # τ^i·G1 up to i = n + (the H points zkey new hashes) − 1. For a domain of 2^power > 2^14 the last lies
+        # one past the section: zkey new reads the bytes that follow it in the file as that point.
+        wanted, in_section = n + _hashed_h_points(log_n), 2 * (1 << ptau.header.power) - 1
+        self.tau_powers = valid(ptau.tau_g1(min(wanted, in_section)), "the powers of section tauG1")
+        self.past_tau_g1 = ptau.past_tau_g1() if wanted > in_section else None
         G1, G2 = curve.G1, curve.G2
         self._hash = CircuitHash(curve)
         for P, group in ((self.alpha1, 1), (self.beta1, 1), (self.beta2, 2), (G2.generator, 2), (G1.generator, 1), (G2.generator, 2)):
@@ -419,11 +423,16 @@ class _FromPtau(_Sections):
 
     def _tau_differences(self, lo: int, hi: int) -> np.ndarray:
         """(τ^(n+i) − τ^i)·G1 for i in [lo, hi): what zkey new's circuit hash absorbs where the H points go."""
-        n, m = 1 << self.log_n, hi - lo
-        points = np.concatenate([self.tau_powers[n + lo : n + hi], self.tau_powers[lo:hi]])
+        curve, n = self.curve, 1 << self.log_n
+        m = min(hi, self.tau_powers.shape[0] - n) - lo  # the last τ^(n+i) may lie past section tauG1
+        points = np.concatenate([self.tau_powers[n + lo : n + lo + m], self.tau_powers[lo : lo + m]])
         index = np.stack([np.arange(m), m + np.arange(m)], axis=1).ravel()
-        plus_minus = ints_to_limbs([1, self.curve.r - 1], self.curve.Fr.limbs32)[np.tile([0, 1], m)]
-        return sparse_combinations(self.curve, points, np.arange(0, 2 * m + 1, 2), index, plus_minus)
+        plus_minus = ints_to_limbs([1, curve.r - 1], curve.Fr.limbs32)[np.tile([0, 1], m)]
+        out = sparse_combinations(curve, points, np.arange(0, 2 * m + 1, 2), index, plus_minus)
+        if lo + m == hi:
+            return out
+        past = wasm_sub_affine(curve, self.past_tau_g1, g1_from_bytes(curve, self.tau_powers[hi - 1].tobytes()))
+        return np.concatenate([out, np.frombuffer(g1_to_bytes(curve, past), "<u4").reshape(1, 2, -1)])
 
 
 def _hashed_h_points(log_n: int) -> int:
