@@ -5,7 +5,8 @@ checks the key's section 10 against it:
 
 - the circuit hash (csHash): blake2b-512 over ``zkey new``'s points in snarkjs's uncompressed
   form (curves/serialize.py), each point section after its u32 big-endian count
-  (:class:`CircuitHash`; setup.py feeds it as the sections stream);
+  (:class:`CircuitHash`; setup.py feeds it as the sections stream). One of its points can come
+  from zkey new's wasm arithmetic on unreduced input (:func:`wasm_sub_affine`);
 - each contribution's proof of knowledge of its δ: (s·G1, δ·s·G1) and δ·g2_sp, where g2_sp is
   the contribution's transcript hashed to G2 by ffjavascript's own map — a ChaCha20 stream
   seeded with the transcript, a point drawn from it, times the cofactor (:func:`hash_to_g2`).
@@ -124,7 +125,7 @@ def wasm_sub_affine(curve: Curve, raw: np.ndarray, Q: Point) -> Point:
         return curve.G1.sub(g1_from_bytes(curve, raw.tobytes()), Q)
     q_inv = pow(q, -1, R)
 
-    def fold(t: int) -> int:  # a sum or Montgomery product (< 2^(8·n8) + q) after its one conditional subtraction of q
+    def fold(t: int) -> int:  # a sum or Montgomery product, bits past 2^(8·n8) dropped by its one subtraction of q
         return (t - R - q) % R if t >= R else t - q if t >= q else t
 
     def add(a: int, b: int) -> int:
@@ -154,7 +155,8 @@ def wasm_sub_affine(curve: Curve, raw: np.ndarray, Q: Point) -> Point:
 
 class CircuitHash:
     """``zkey new``'s circuit hash, fed in its order: the header's points (α1, β1, β2, then γ2, δ1, δ2 as the
-    generators), then the IC, H, C, A, B1 and B2 sections of the key before any contribution, each after its count."""
+    generators), then the IC, H, C, A, B1 and B2 sections of the key before any contribution, each after its count
+    (in H's place, the powers of tau that make it: (τ^(n+i) − τ^i)·G1)."""
 
     def __init__(self, curve: Curve):
         self.curve = curve

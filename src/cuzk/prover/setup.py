@@ -33,8 +33,10 @@ where the secrets came from, and the proof of knowledge of δ bound to the circu
 ``snarkjs zkey verify <r1cs> <ptau> <zkey>`` accepts a key made from a .ptau. That hash is
 ``zkey new``'s, over the points of the key before δ: the sections as they stream (write_zkey
 takes them in the hash's order), C before its division by δ, and in the H section's place
-the ceremony's (τ^(n+i) − τ^i)·G1. A test-only key has no ceremony to be checked against: its
-circuit hash is zero, its contribution otherwise the same.
+the ceremony's (τ^(n+i) − τ^i)·G1 — as many as snarkjs 0.7.6 hashes (``_hashed_h_points``),
+the last one past section tauG1 when the domain is the ptau's whole 2^power, as it reads it.
+A test-only key has no ceremony to be checked against: its circuit hash is zero, its
+contribution otherwise the same.
 """
 
 from __future__ import annotations
