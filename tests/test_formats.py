@@ -253,6 +253,25 @@ def test_write_binfile_leaves_no_file_when_a_piece_fails(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_write_binfile_fills_sections_in_another_order(tmp_path):
+    taken = []
+
+    def piece(name: str, data: bytes):
+        taken.append(name)
+        yield data
+
+    sections = [(1, piece("a", b"aaaa"), 4), (2, piece("b", b"bb"), 2), (3, piece("c", b"c"))]
+    write_binfile(tmp_path / "x.bin", "zkey", 1, sections, fill_order=[2, 0, 1])
+    assert taken == ["c", "a", "b"]
+    write_binfile(tmp_path / "y.bin", "zkey", 1, [(1, [b"aaaa"]), (2, [b"bb"]), (3, [b"c"])])
+    assert filecmp.cmp(tmp_path / "x.bin", tmp_path / "y.bin", shallow=False)  # laid out as if written in order
+    with pytest.raises(ValueError, match="section 1: 4 bytes written where 3 were laid out"):
+        write_binfile(tmp_path / "z.bin", "zkey", 1, [(1, [b"aaaa"], 3), (2, [b"b"])], fill_order=[1, 0])
+    with pytest.raises(ValueError, match="not an order"):
+        write_binfile(tmp_path / "z.bin", "zkey", 1, [(1, [b"aaaa"], 4), (2, [b"b"])], fill_order=[0, 0])
+    assert not (tmp_path / "z.bin").exists()
+
+
 # wtns -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("curve", CURVES)
 def test_wtns_round_trip(curve, tmp_path):
@@ -409,6 +428,26 @@ def test_write_zkey_streams_chunks_and_checks_counts(tmp_path):
     with pytest.raises(ValueError, match="b2: expected uint32 chunks of shape"):
         write_zkey(tmp_path / "short.zkey", **{**args, "b2": args["b1"]})
     assert not (tmp_path / "short.zkey").exists()
+
+
+def test_write_zkey_takes_sections_in_the_order_zkey_new_hashes_them(tmp_path):
+    """IC, H, C, A, B1, B2 (what setup's circuit hash relies on), the contributions last; laid out 1..10 all the same."""
+    args = cached_zkey_args(BN254)
+    taken = []
+
+    def watched(name: str):
+        taken.append(name)
+        yield args[name]
+
+    def mpc():
+        taken.append("mpc")
+        return args["mpc"]
+
+    write_zkey(tmp_path / "watched.zkey", **{**args, **{n: watched(n) for n in ("ic", "a", "b1", "b2", "c", "h")}, "mpc": mpc})
+    assert taken == ["ic", "h", "c", "a", "b1", "b2", "mpc"]
+    write_zkey(tmp_path / "whole.zkey", **args)
+    assert filecmp.cmp(tmp_path / "watched.zkey", tmp_path / "whole.zkey", shallow=False)
+    assert [s.type for s in read_zkey_header(tmp_path / "whole.zkey").sections] == list(range(1, 11))
 
 
 # JSON ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import subprocess
@@ -17,13 +18,15 @@ from cuzk.backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_col
 from cuzk.circuits.synthetic import synthesize, write_synthetic
 from cuzk.cli import main as cli_main
 from cuzk.curves import BLS12_381, BN254
-from cuzk.curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
+from cuzk.curves.serialize import g1_from_bytes, g1_to_bytes, g1_to_uncompressed, g2_from_bytes, g2_to_bytes
 from cuzk.formats.binfile import BinFile, write_binfile
 from cuzk.formats.limbs import ints_to_limbs, limbs_to_ints
 from cuzk.formats.ptau import read_ptau
 from cuzk.formats.r1cs import SparseMatrix, read_r1cs, write_r1cs
 from cuzk.formats.wtns import write_wtns
 from cuzk.formats.zkey import read_zkey, read_zkey_header
+from cuzk.prover.ceremony import hash_to_g2
+from cuzk.prover.pairing.engine import engine
 from cuzk.prover.setup import TEST_ONLY_NAME, SetupError, coefficient_section, domain_power, lagrange_at, setup
 
 CURVES = [BN254, BLS12_381]
@@ -204,7 +207,19 @@ def test_test_only_key_for_synthetic_circuit(curve, n, n_public, tmp_path, capsy
     assert header.delta1 == header.mpc.contributions[0].delta_after != curve.G1.generator
     assert header.gamma2 == curve.G2.generator
     assert 1 << header.power == header.domain_size >= n + n_public + 1
+    _check_test_only_contribution(curve, header)
     _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path, snarkjs_proves=True)
+
+
+def _check_test_only_contribution(curve, header):
+    """No ceremony, no circuit hash (zero); the contribution is otherwise what snarkjs checks: a transcript of (s·G1,
+    δ·s·G1) and g2_spx = δ·hashToG2(transcript) for the key's δ."""
+    c = header.mpc.contributions[0]
+    assert header.mpc.cs_hash == bytes(64)
+    assert c.transcript == hashlib.blake2b(bytes(64) + g1_to_uncompressed(curve, c.g1_s) + g1_to_uncompressed(curve, c.g1_sx), digest_size=64).digest()
+    pairings, g2_sp = engine(curve), hash_to_g2(curve, c.transcript)
+    assert pairings.tower.eq(pairings.pairing(c.g1_s, c.g2_spx), pairings.pairing(c.g1_sx, g2_sp))
+    assert pairings.tower.eq(pairings.pairing(curve.G1.generator, c.g2_spx), pairings.pairing(header.delta1, g2_sp))
 
 
 @pytest.mark.parametrize("name", FAST_CORPUS + [pytest.param(c, marks=pytest.mark.slow) for c in SLOW_CORPUS])
@@ -294,6 +309,36 @@ def ptau_bls12_381(tmp_path_factory):
     return _make_ptau(tmp_path_factory, "bls12381")
 
 
+def _zkey_verify(r1cs, ptau, zkey) -> str | None:
+    """`snarkjs zkey verify`'s complaint about the key, or None when it accepts it."""
+    res = subprocess.run([str(SNARKJS), "zkey", "verify", str(r1cs), str(ptau), str(zkey)], capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    return None if res.returncode == 0 and "ZKey Ok!" in out else out
+
+
+def _check_ceremony_record(curve, r1cs, ptau, zkey, tmp_path):
+    """snarkjs's `zkey verify` accepts the key, whose circuit hash is `zkey new`'s, and rejects it with its contribution
+    tampered (a wrong but valid g2_spx; the circuit hash changed under the transcript)."""
+    _snarkjs("zkey", "new", str(r1cs), str(ptau), "new.zkey", cwd=tmp_path)
+    header = read_zkey_header(zkey)
+    assert header.mpc.cs_hash == read_zkey_header(tmp_path / "new.zkey").mpc.cs_hash
+    assert _zkey_verify(r1cs, ptau, zkey) is None
+    with BinFile(zkey, "zkey", 2) as f:
+        mpc_at = f.section(10).offset  # the circuit hash, the count, then deltaAfter, g1_s, g1_sx, g2_spx...
+    g2_spx_at = mpc_at + 64 + 4 + 3 * 2 * curve.Fq.n8
+
+    def tampered(at: int, new: bytes):
+        data = bytearray(zkey.read_bytes())
+        data[at : at + len(new)] = new
+        (tmp_path / "tampered.zkey").write_bytes(data)
+        return tmp_path / "tampered.zkey"
+
+    wrong_g2_spx = g2_to_bytes(curve, curve.G2.add(header.mpc.contributions[0].g2_spx, curve.G2.generator))
+    assert "do not have the same ration" in (_zkey_verify(r1cs, ptau, tampered(g2_spx_at, wrong_g2_spx)) or "")
+    other_hash = bytes([header.mpc.cs_hash[0] ^ 1])
+    assert "Inconsistent transcript" in (_zkey_verify(r1cs, ptau, tampered(mpc_at, other_hash)) or "")
+
+
 def _ptau_key(curve, ptau, tmp_path, capsys):
     r1cs_path, wtns_path = write_synthetic(tmp_path, synthesize(curve, 180, 2, seed=4))
     zkey = tmp_path / "circuit.zkey"
@@ -304,6 +349,7 @@ def _ptau_key(curve, ptau, tmp_path, capsys):
         assert header.alpha1 == g1_from_bytes(curve, p.alpha_g1().tobytes())
         assert header.beta2 == g2_from_bytes(curve, p.beta_g2().tobytes())
     assert header.mpc.contributions[0].name == f"cuzk setup from {ptau.name}"
+    _check_ceremony_record(curve, r1cs_path, ptau, zkey, tmp_path)
     _prove_and_check(zkey, wtns_path, tmp_path / "verification_key.json", tmp_path, snarkjs_proves=True)
 
 
@@ -315,6 +361,7 @@ def test_ptau_key_for_corpus_circuit(ptau_bn254, tmp_path):
     d = corpus_dir("toy_multiplier")
     zkey = tmp_path / "circuit.zkey"
     assert cli_main(["setup", str(d / "circuit.r1cs"), str(zkey), "--ptau", str(ptau_bn254[0])]) == 0
+    assert _zkey_verify(d / "circuit.r1cs", ptau_bn254[0], zkey) is None
     _prove_and_check(zkey, d / "witness.wtns", tmp_path / "verification_key.json", tmp_path)
 
 

@@ -7,6 +7,8 @@ from .field import PrimeField, QuadraticExtension
 Q = 0x1A0111EA397FE69A4B1BA7B6434BACD764774B84F38512BF6730D2A0F6B0F6241EABFFFEB153FFFFB9FEFFFFFFFFAAAB
 R = 0x73EDA753299D7D483339D80809A1D80553BDA402FFFE5BFEFFFFFFFF00000001
 
+X = -0xD201000000010000  # the BLS parameter
+
 Fq = PrimeField(Q, 48)
 Fr = PrimeField(R, 32)
 Fq2 = QuadraticExtension(Fq, Q - 1)
@@ -20,6 +22,7 @@ G1 = WeierstrassGroup(
         0x08B3F481E3AAA0F1A09E30ED741D8AE4FCF5E095D5D00AF600DB18CB2C04B3EDD03CC744A2888AE40CAA232946C5E7E1,
     ),
     R,
+    (X - 1) ** 2 // 3,  # the standard cofactors, polynomials in X
 )
 # Twist coefficient b' = 4 (1 + u) (M-type sextic twist).
 G2 = WeierstrassGroup(
@@ -37,6 +40,7 @@ G2 = WeierstrassGroup(
         ),
     ),
     R,
+    (X**8 - 4 * X**7 + 5 * X**6 - 4 * X**4 + 6 * X**3 - 4 * X**2 - 4 * X + 13) // 9,
 )
 
 BLS12_381 = Curve(
@@ -47,7 +51,7 @@ BLS12_381 = Curve(
     G1=G1,
     G2=G2,
     family="bls12",
-    param=-0xD201000000010000,
+    param=X,
     twist="M",
     aliases=("bls12-381", "bls12_381", "bls12381"),
 )

@@ -14,7 +14,7 @@ Fq2 = QuadraticExtension(Fq, Q - 1)
 # Twist coefficient b' = 3 / (9 + u) (D-type sextic twist).
 _B2 = Fq2.mul((3, 0), Fq2.inv((9, 1)))
 
-G1 = WeierstrassGroup("G1", Fq, 3, (1, 2), R)
+G1 = WeierstrassGroup("G1", Fq, 3, (1, 2), R, 1)
 G2 = WeierstrassGroup(
     "G2",
     Fq2,
@@ -30,6 +30,7 @@ G2 = WeierstrassGroup(
         ),
     ),
     R,
+    2 * Q - R,  # the twist has r·(2q − r) points
 )
 
 BN254 = Curve(

@@ -21,6 +21,7 @@ class WeierstrassGroup:
     b: Any
     generator: Point
     order: int
+    cofactor: int  # the curve has order·cofactor points: times the cofactor, any of them lands in the group
 
     def is_on_curve(self, P: Point) -> bool:
         if P is None:

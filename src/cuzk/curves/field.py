@@ -143,3 +143,27 @@ class QuadraticExtension:
 
     def conj(self, a):
         return (a[0], (-a[1]) % self.base.p)
+
+    def pow(self, a, e: int):
+        result = self.one
+        while e:
+            if e & 1:
+                result = self.mul(result, a)
+            a = self.sqr(a)
+            e >>= 1
+        return result
+
+    def sqrt(self, a):
+        """A square root of ``a``, or None when it has none (Adj and Rodríguez-Henríquez's algorithm 9, p ≡ 3 mod 4, u² = −1)."""
+        p = self.base.p
+        if p % 4 != 3 or self.nonresidue != p - 1:
+            raise NotImplementedError("sqrt needs p ≡ 3 (mod 4) and u² = −1")
+        minus_one = (p - 1, 0)
+        a1 = self.pow(a, (p - 3) // 4)
+        alpha = self.mul(self.sqr(a1), a)  # a^((p−1)/2)
+        if self.eq(self.mul(self.conj(alpha), alpha), minus_one):  # a^((p²−1)/2) = −1: not a square
+            return None
+        x0 = self.mul(a1, a)
+        if self.eq(alpha, minus_one):
+            return self.mul((0, 1), x0)
+        return self.mul(self.pow(self.add(self.one, alpha), (p - 1) // 2), x0)

@@ -2,6 +2,8 @@
 
 Binary (zkey sections): coordinates little-endian in Montgomery form, n8q bytes each,
 G1 = x||y, G2 = x.c0||x.c1||y.c0||y.c1; the point at infinity is all zero bytes.
+Uncompressed (what snarkjs's circuit hash and ceremony transcripts absorb): standard
+coordinates big-endian, G2 = x.c1||x.c0||y.c1||y.c0; infinity all zero bytes too.
 JSON (proof.json, verification_key.json): decimal strings of projective coordinates,
 written affine with z = 1; infinity as z = 0. The vectorised equivalents live in the
 backends; these are the oracle.
@@ -43,6 +45,20 @@ def g2_from_bytes(curve: Curve, b: bytes) -> Point:
         return None
     c = [curve.Fq.from_mont_bytes(b[i * n8 : (i + 1) * n8]) for i in range(4)]
     return ((c[0], c[1]), (c[2], c[3]))
+
+
+def g1_to_uncompressed(curve: Curve, P: Point) -> bytes:
+    n8 = curve.Fq.n8
+    if P is None:
+        return bytes(2 * n8)
+    return P[0].to_bytes(n8, "big") + P[1].to_bytes(n8, "big")
+
+
+def g2_to_uncompressed(curve: Curve, P: Point) -> bytes:
+    n8 = curve.Fq.n8
+    if P is None:
+        return bytes(4 * n8)
+    return b"".join(c.to_bytes(n8, "big") for c in (P[0][1], P[0][0], P[1][1], P[1][0]))
 
 
 def g1_to_json(P: Point) -> list[str]:

@@ -87,19 +87,9 @@ class Tower:
         coeffs = []
         for k in range(12):
             # xi is a unit of Fq2, whose group has order q^2 - 1: the reduced exponent is 2 limbs long, not 2k.
-            base = self._fq2_pow(xi, ((q**k - 1) // 6) % (q * q - 1))
-            coeffs.append(tuple(self._fq2_pow(base, p) for p in SLOT_W_POWER))
+            base = F2.pow(xi, ((q**k - 1) // 6) % (q * q - 1))
+            coeffs.append(tuple(F2.pow(base, p) for p in SLOT_W_POWER))
         object.__setattr__(self, "frobenius_coeffs", tuple(coeffs))
-
-    def _fq2_pow(self, a: Fq2E, e: int) -> Fq2E:
-        F2 = self.curve.Fq2
-        result = F2.one
-        while e:
-            if e & 1:
-                result = F2.mul(result, a)
-            a = F2.sqr(a)
-            e >>= 1
-        return result
 
     # Fq6 ------------------------------------------------------------------------
     def fq6_add(self, a: Fq6E, b: Fq6E) -> Fq6E:

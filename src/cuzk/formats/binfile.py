@@ -152,6 +152,13 @@ class BinFile:
         self._file.seek(sec.offset + offset)
         return self._file.read(length)
 
+    def read_at(self, offset: int, length: int) -> bytes:
+        """A copy of bytes anywhere in the file, whichever sections they belong to."""
+        if offset < 0 or length < 0 or offset + length > self.file_size:
+            raise self.error(None, f"needs bytes {offset}..{offset + length} but the file has {self.file_size}")
+        self._file.seek(offset)
+        return self._file.read(length)
+
     def view(self, stype: int, dtype: np.dtype | str, shape: tuple[int, ...], offset: int = 0) -> np.ndarray:
         """A read-only zero-copy array of ``shape`` over the section's payload from ``offset``."""
         sec = self.section(stype)
@@ -189,19 +196,23 @@ def n8_of(prime: int) -> int:
 Payload = bytes | bytearray | memoryview | np.ndarray
 
 
-def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: Iterable[tuple[int, Iterable[Payload]]]) -> None:
+def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: Iterable[tuple], fill_order: Iterable[int] | None = None) -> None:
     """Write an iden3 container: each section is (type, pieces of payload), streamed in order.
 
     Section sizes are patched in after each section's pieces are written, so a piece may
     come from a generator and the whole payload never needs to exist at once. The file
     appears atomically (written next to ``path`` and renamed), so a reader never sees
     half a key.
+
+    ``fill_order`` (indices into ``sections``) takes the sections' pieces in another order
+    than the file's, each written in its place: every section but the file's last then
+    comes as (type, pieces, size), so that the layout is known before the first piece.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            _write_container(f, magic, version, sections)
+            _write_container(f, magic, version, sections, fill_order)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -215,21 +226,41 @@ def binfile_bytes(magic: str, version: int, sections: Iterable[tuple[int, Iterab
     return buf.getvalue()
 
 
-def _write_container(f: BinaryIO, magic: str, version: int, sections: Iterable[tuple[int, Iterable[Payload]]]) -> None:
+def _write_container(f: BinaryIO, magic: str, version: int, sections: Iterable[tuple], fill_order: Iterable[int] | None = None) -> None:
     sections = list(sections)
     f.write(FILE_HEADER.pack(magic.encode(), version, len(sections)))
-    for stype, pieces in sections:
-        header_at = f.tell()
-        f.write(SECTION_HEADER.pack(stype, 0))
-        size = 0
-        for piece in pieces:
-            buf = _as_le_bytes(piece)
-            f.write(buf)
-            size += buf.nbytes
-        end = f.tell()
-        f.seek(header_at)
-        f.write(SECTION_HEADER.pack(stype, size))
-        f.seek(end)
+    if fill_order is None:
+        for stype, pieces in sections:
+            _write_section(f, stype, pieces)
+        return
+    fill_order = list(fill_order)
+    if sorted(fill_order) != list(range(len(sections))):
+        raise ValueError(f"fill_order {fill_order} is not an order of the {len(sections)} sections")
+    offsets = [f.tell()]
+    for _, _, size in sections[:-1]:
+        offsets.append(offsets[-1] + SECTION_HEADER.size + size)
+    for i in fill_order:
+        f.seek(offsets[i])
+        stype, pieces, *declared = sections[i]
+        size = _write_section(f, stype, pieces)
+        if declared and size != declared[0]:
+            raise ValueError(f"section {stype}: {size} bytes written where {declared[0]} were laid out")
+
+
+def _write_section(f: BinaryIO, stype: int, pieces: Iterable[Payload]) -> int:
+    """One section at the file's position: its header, its pieces, then its size patched in; the payload's bytes."""
+    header_at = f.tell()
+    f.write(SECTION_HEADER.pack(stype, 0))
+    size = 0
+    for piece in pieces:
+        buf = _as_le_bytes(piece)
+        f.write(buf)
+        size += buf.nbytes
+    end = f.tell()
+    f.seek(header_at)
+    f.write(SECTION_HEADER.pack(stype, size))
+    f.seek(end)
+    return size
 
 
 def _as_le_bytes(piece: Payload) -> memoryview:

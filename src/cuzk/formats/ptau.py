@@ -3,7 +3,8 @@
 A Groth16 setup from a ceremony needs, for the circuit's domain of n = 2^k rows, the
 Lagrange-basis points L_i(τ)·G1, L_i(τ)·G2, α·L_i(τ)·G1 and β·L_i(τ)·G1 (sections 12-15,
 written by ``snarkjs powersoftau prepare phase2``), the odd half of the 2n-domain basis for
-the H points, and α·G1, β·G1, β·G2. Sections 12-15 hold the bases of every domain size
+the H points, and α·G1, β·G1, β·G2; the circuit hash that snarkjs's ``zkey new`` computes
+also needs the powers τ^i·G1. Sections 12-15 hold the bases of every domain size
 2^0, 2^1, ... one after another, so the basis of size m starts at point m − 1.
 
 Points are returned in the backends' layout (Montgomery little-endian uint32 limbs,
@@ -143,6 +144,17 @@ class Ptau:
             raise self._bin.error(stype, f"has bases up to 2^{limit}, not 2^{log_n}")
         m = 2**log_n
         return self._points(stype, 2 if which == "tau_g2" else 1, m - 1, m)
+
+    def tau_g1(self, count: int) -> np.ndarray:
+        """τ^i·G1 for i < count (section tauG1, which holds 2·2^power − 1 of them)."""
+        return self._points(2, 1, 0, count)
+
+    def past_tau_g1(self) -> np.ndarray:
+        """The point's worth of bytes that follow section tauG1 in the file, as a point's limbs (unchecked, maybe
+        unreduced): snarkjs's ``zkey new`` reads them as τ^(2·2^power − 1)·G1 in one case (see prover/setup.py)."""
+        sec = self._bin.section(2)
+        raw = self._bin.read_at(sec.offset + sec.size, self._point_bytes(1))
+        return np.frombuffer(raw, "<u4").reshape(1, 2, self.curve.Fq.limbs32)
 
     def alpha_g1(self) -> np.ndarray:
         return self._points(4, 1, 0, 1)[0]

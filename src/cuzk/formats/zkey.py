@@ -31,7 +31,7 @@ Montgomery form of c), converted once, vectorised.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -62,6 +62,8 @@ SECTION_NAMES = {
     POINTS_H: "H points",
     CONTRIBUTIONS: "contributions",
 }
+# The order snarkjs's `zkey new` writes its sections in, and its circuit hash absorbs their points.
+ZKEY_NEW_ORDER = (HEADER, GROTH16_HEADER, COEFFS, IC, POINTS_H, POINTS_C, POINTS_A, POINTS_B1, POINTS_B2, CONTRIBUTIONS)
 CS_HASH_BYTES = 64
 TRANSCRIPT_BYTES = 64
 
@@ -395,15 +397,18 @@ def write_zkey(
     b2: PointArrays,
     c: PointArrays,
     h: PointArrays,
-    mpc: MPCParams | None = None,
+    mpc: MPCParams | Callable[[], MPCParams] | None = None,
 ) -> None:
     """Write a Groth16 key in snarkjs's layout (sections 1..10 in order, as `zkey contribute` leaves them).
 
     Point sections are uint32 arrays in the layout :func:`read_zkey` returns, or iterables
-    of such chunks (streamed; a large setup never holds a whole section). ``coeffs`` uses
-    :func:`coeff_dtype` with raw values (see :func:`encode_coeff_values`). ``mpc`` defaults
-    to an all-zero circuit hash and no contributions: snarkjs proves with and exports
-    such a key, but `zkey verify` would reject the hash.
+    of such chunks (streamed; a large setup never holds a whole section). They are taken in
+    the order `zkey new` computes them (coefficients, IC, H, C, A, B1, B2), which is the order
+    its circuit hash absorbs them, so a setup hashes its points as they stream; each is
+    written in its place. ``coeffs`` uses :func:`coeff_dtype` with raw values (see
+    :func:`encode_coeff_values`). ``mpc``, or what a function returns once the point
+    sections are written, defaults to an all-zero circuit hash and no contributions:
+    snarkjs proves with and exports such a key, but `zkey verify` would reject the hash.
     """
     n8q, n8r = n8_of(curve.q), n8_of(curve.r)
     if domain_size <= 0 or domain_size & (domain_size - 1):
@@ -413,7 +418,6 @@ def write_zkey(
     coeffs = np.asarray(coeffs)
     if coeffs.dtype != coeff_dtype(n8r):
         raise ValueError(f"coeffs must have dtype coeff_dtype({n8r}), got {coeffs.dtype}")
-    mpc = mpc or MPCParams(bytes(CS_HASH_BYTES))
     lq = n8q // 4
     groth16_header = b"".join([
         n8q.to_bytes(4, "little"), curve.q.to_bytes(n8q, "little"),
@@ -422,18 +426,20 @@ def write_zkey(
         g1_to_bytes(curve, alpha1), g1_to_bytes(curve, beta1), g2_to_bytes(curve, beta2),
         g2_to_bytes(curve, gamma2), g1_to_bytes(curve, delta1), g2_to_bytes(curve, delta2),
     ])  # fmt: skip
+    g1, g2 = 2 * n8q, 4 * n8q
+    n_c = n_vars - n_public - 1
     write_binfile(path, "zkey", ZKEY_VERSION, [
-        (HEADER, [GROTH16_PROTOCOL_ID.to_bytes(4, "little")]),
-        (GROTH16_HEADER, [groth16_header]),
-        (IC, _points("ic", ic, n_public + 1, (2, lq))),
-        (COEFFS, [len(coeffs).to_bytes(4, "little"), coeffs]),
-        (POINTS_A, _points("a", a, n_vars, (2, lq))),
-        (POINTS_B1, _points("b1", b1, n_vars, (2, lq))),
-        (POINTS_B2, _points("b2", b2, n_vars, (2, 2, lq))),
-        (POINTS_C, _points("c", c, n_vars - n_public - 1, (2, lq))),
-        (POINTS_H, _points("h", h, domain_size, (2, lq))),
-        (CONTRIBUTIONS, [_encode_mpc(curve, mpc)]),
-    ])  # fmt: skip
+        (HEADER, [GROTH16_PROTOCOL_ID.to_bytes(4, "little")], 4),
+        (GROTH16_HEADER, [groth16_header], len(groth16_header)),
+        (IC, _points("ic", ic, n_public + 1, (2, lq)), (n_public + 1) * g1),
+        (COEFFS, [len(coeffs).to_bytes(4, "little"), coeffs], 4 + coeffs.nbytes),
+        (POINTS_A, _points("a", a, n_vars, (2, lq)), n_vars * g1),
+        (POINTS_B1, _points("b1", b1, n_vars, (2, lq)), n_vars * g1),
+        (POINTS_B2, _points("b2", b2, n_vars, (2, 2, lq)), n_vars * g2),
+        (POINTS_C, _points("c", c, n_c, (2, lq)), n_c * g1),
+        (POINTS_H, _points("h", h, domain_size, (2, lq)), domain_size * g1),
+        (CONTRIBUTIONS, _mpc_section(curve, mpc or MPCParams(bytes(CS_HASH_BYTES)))),
+    ], fill_order=[stype - 1 for stype in ZKEY_NEW_ORDER])  # fmt: skip
 
 
 def _points(name: str, arrays: PointArrays, count: int, point_shape: tuple[int, ...]) -> Iterable[np.ndarray]:
@@ -449,6 +455,10 @@ def _points(name: str, arrays: PointArrays, count: int, point_shape: tuple[int, 
         yield chunk
     if seen != count:
         raise ValueError(f"{name}: expected {count} points, got {seen}{'+' if seen > count else ''}")
+
+
+def _mpc_section(curve: Curve, mpc: MPCParams | Callable[[], MPCParams]) -> Iterable[bytes]:
+    yield _encode_mpc(curve, mpc() if callable(mpc) else mpc)
 
 
 def _encode_mpc(curve: Curve, mpc: MPCParams) -> bytes:

@@ -28,15 +28,19 @@ Two sources of τ, α, β:
   the CUDA backend they run on the GPU (backends/cuda/fixed_base.py, the same table and the
   same bytes), and a 2^24 key is bound by the CPU's QAP work and the disk instead.
 
-Section 10 records one contribution in snarkjs's layout (δ·G1 and a name that says where
-the secrets came from). Its circuit hash is left zero and its proof-of-knowledge fields
-are placeholders (see ``_contribution``), so ``snarkjs zkey verify`` does not accept these
-keys; snarkjs proves with them and exports their verification key.
+Section 10 records δ as one ``zkey contribute`` would (ceremony.py): δ·G1, a name that says
+where the secrets came from, and the proof of knowledge of δ bound to the circuit hash, so
+``snarkjs zkey verify <r1cs> <ptau> <zkey>`` accepts a key made from a .ptau. That hash is
+``zkey new``'s, over the points of the key before δ: the sections as they stream (write_zkey
+takes them in the hash's order), C before its division by δ, and in the H section's place
+the ceremony's (τ^(n+i) − τ^i)·G1 — as many as snarkjs 0.7.6 hashes (``_hashed_h_points``),
+the last one past section tauG1 when the domain is the ptau's whole 2^power, as it reads it.
+A test-only key has no ceremony to be checked against: its circuit hash is zero, its
+contribution otherwise the same.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import time
@@ -50,12 +54,12 @@ from ..backends import Backend, get_backend
 from ..ff.field import ADD, MUL, SUB, as_u32, as_u64, field_consts, fp_batch_inv_vec, fp_binary_vec, fp_mul_powers_vec, to_mont_int
 from ..backends.cpu.fixed_base import FixedBaseTable, column_sums, csr_to_columns, first_invalid_point, sparse_combinations
 from ..curves import Curve
-from ..curves.ec import Point
-from ..curves.serialize import g1_from_bytes, g2_from_bytes
+from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes
 from ..formats.limbs import ints_to_limbs
 from ..formats.ptau import Ptau, read_ptau
 from ..formats.r1cs import R1CS, SparseMatrix, read_r1cs
-from ..formats.zkey import MPCParams, ZKeyContribution, coeff_dtype, encode_coeff_values, write_zkey
+from ..formats.zkey import CS_HASH_BYTES, MPCParams, coeff_dtype, encode_coeff_values, write_zkey
+from .ceremony import CircuitHash, contribution, wasm_sub_affine
 
 TEST_ONLY_NAME = "cuzk setup, TEST ONLY: toxic waste sampled locally"
 CHUNK_POINTS = 1 << 16  # points computed and written per piece of a section
@@ -229,6 +233,10 @@ class _Sections:
     def close(self) -> None:
         """Give back what the sections held outside host memory (device tables)."""
 
+    def circuit_hash(self) -> bytes:
+        """``zkey new``'s circuit hash of these sections, once all are written; zero where no ceremony defines one."""
+        return bytes(CS_HASH_BYTES)
+
     def _lap(self, name: str) -> Callable[[], None]:
         def done() -> None:
             now = time.perf_counter()
@@ -322,6 +330,7 @@ class _FromPtau(_Sections):
 
     These are variable-base sums (Straus, on the CPU whatever the backend): short sums of
     small coefficients, far cheaper per point than the fixed-base path's full-size scalars.
+    The circuit hash absorbs each chunk as it passes (see the module docstring).
     """
 
     def __init__(self, r1cs: R1CS, log_n: int, ptau: Ptau, timings: dict[str, float]):
@@ -346,23 +355,42 @@ class _FromPtau(_Sections):
         # C_i/IC_i = Σ A[c][i]·β·L_c + B[c][i]·α·L_c + C[c][i]·L_c: merge the three column sets.
         a, b, c = self.cols
         self.k_cols = _merge_columns([(a, 2 * n), (b, n), (c, 0)], r1cs.n_wires)
+        # τ^i·G1 up to i = n + (the H points zkey new hashes) − 1. For a domain of 2^power > 2^14 the last lies
+        # one past the section: zkey new reads the bytes that follow it in the file as that point.
+        wanted, in_section = n + _hashed_h_points(log_n), 2 * (1 << ptau.header.power) - 1
+        self.tau_powers = valid(ptau.tau_g1(min(wanted, in_section)), "the powers of section tauG1")
+        self.past_tau_g1 = ptau.past_tau_g1() if wanted > in_section else None
+        G1, G2 = curve.G1, curve.G2
+        self._hash = CircuitHash(curve)
+        for P, group in ((self.alpha1, 1), (self.beta1, 1), (self.beta2, 2), (G2.generator, 2), (G1.generator, 1), (G2.generator, 2)):
+            self._hash.point(P, group)  # γ2, δ1, δ2 as zkey new leaves them
         self._clock = time.perf_counter()
+
+    def circuit_hash(self) -> bytes:
+        return self._hash.digest()
 
     def _combine(self, points: np.ndarray, cols: Columns, lo: int, hi: int) -> np.ndarray:
         s, e = cols.indptr[lo], cols.indptr[hi]
         return sparse_combinations(self.curve, points, cols.indptr[lo : hi + 1] - s, cols.rows[s:e], cols.coeffs[s:e])
 
+    def _combined(self, name: str, points: np.ndarray, cols: Columns, n: int) -> Iterator[np.ndarray]:
+        """A section of per-wire combinations as zkey new writes it too, absorbed by the circuit hash as it passes."""
+        self._hash.count(n)
+        for chunk in _chunks(lambda lo, hi: self._combine(points, cols, lo, hi), n, self._lap(name)):
+            self._hash.points(chunk)
+            yield chunk
+
     def ic(self):
-        return _chunks(lambda lo, hi: self._combine(self.abc_g1, self.k_cols, lo, hi), self.n_public + 1, self._lap("ic"))
+        return self._combined("ic", self.abc_g1, self.k_cols, self.n_public + 1)
 
     def a(self):
-        return _chunks(lambda lo, hi: self._combine(self.tau_g1, self.cols[0], lo, hi), self.r1cs.n_wires, self._lap("a"))
+        return self._combined("a", self.tau_g1, self.cols[0], self.r1cs.n_wires)
 
     def b1(self):
-        return _chunks(lambda lo, hi: self._combine(self.tau_g1, self.cols[1], lo, hi), self.r1cs.n_wires, self._lap("b1"))
+        return self._combined("b1", self.tau_g1, self.cols[1], self.r1cs.n_wires)
 
     def b2(self):
-        return _chunks(lambda lo, hi: self._combine(self.tau_g2, self.cols[1], lo, hi), self.r1cs.n_wires, self._lap("b2"))
+        return self._combined("b2", self.tau_g2, self.cols[1], self.r1cs.n_wires)
 
     def _over_delta(self, points: np.ndarray) -> np.ndarray:
         """points/δ: each point times δ⁻¹ (a one-term sparse combination)."""
@@ -375,10 +403,44 @@ class _FromPtau(_Sections):
         # Combining first and scaling once costs one full-size multiplication per wire;
         # folding δ⁻¹ into the coefficients would make every term full-size.
         first = self.n_public + 1
-        return _chunks(lambda lo, hi: self._over_delta(self._combine(self.abc_g1, self.k_cols, first + lo, first + hi)), self.r1cs.n_wires - first, self._lap("c"))
+
+        def compute(lo: int, hi: int) -> np.ndarray:
+            combined = self._combine(self.abc_g1, self.k_cols, first + lo, first + hi)
+            self._hash.points(combined)  # zkey new's C, before δ
+            return self._over_delta(combined)
+
+        self._hash.count(self.r1cs.n_wires - first)
+        yield from _chunks(compute, self.r1cs.n_wires - first, self._lap("c"))
 
     def h(self):
-        return _chunks(lambda lo, hi: self._over_delta(np.ascontiguousarray(self.h_basis[lo:hi])), 1 << self.log_n, self._lap("h"))
+        n, hashed = 1 << self.log_n, _hashed_h_points(self.log_n)
+
+        def compute(lo: int, hi: int) -> np.ndarray:
+            if lo < hashed:
+                self._hash.points(self._tau_differences(lo, min(hi, hashed)))
+            return self._over_delta(np.ascontiguousarray(self.h_basis[lo:hi]))
+
+        self._hash.count(n - 1)
+        yield from _chunks(compute, n, self._lap("h"))
+
+    def _tau_differences(self, lo: int, hi: int) -> np.ndarray:
+        """(τ^(n+i) − τ^i)·G1 for i in [lo, hi): what zkey new's circuit hash absorbs where the H points go."""
+        curve, n = self.curve, 1 << self.log_n
+        m = min(hi, self.tau_powers.shape[0] - n) - lo  # the last τ^(n+i) may lie past section tauG1
+        points = np.concatenate([self.tau_powers[n + lo : n + lo + m], self.tau_powers[lo : lo + m]])
+        index = np.stack([np.arange(m), m + np.arange(m)], axis=1).ravel()
+        plus_minus = ints_to_limbs([1, curve.r - 1], curve.Fr.limbs32)[np.tile([0, 1], m)]
+        out = sparse_combinations(curve, points, np.arange(0, 2 * m + 1, 2), index, plus_minus)
+        if lo + m == hi:
+            return out
+        past = wasm_sub_affine(curve, self.past_tau_g1, g1_from_bytes(curve, self.tau_powers[hi - 1].tobytes()))
+        return np.concatenate([out, np.frombuffer(g1_to_bytes(curve, past), "<u4").reshape(1, 2, -1)])
+
+
+def _hashed_h_points(log_n: int) -> int:
+    """How many (τ^(n+i) − τ^i)·G1 zkey new hashes: it counts n − 1, but (snarkjs 0.7.6) hashes them in chunks of
+    2^14 points each, so above 2^14 it hashes n."""
+    return (1 << log_n) - 1 if log_n <= 14 else 1 << log_n
 
 
 def _valid_points(ptau: Ptau, curve: Curve, points: np.ndarray, what: str) -> np.ndarray:
@@ -402,33 +464,7 @@ def _merge_columns(parts: list[tuple[Columns, int]], n_wires: int) -> Columns:
 
 
 # ----------------------------------------------------------------------------------
-# The contribution record and the whole setup.
-
-
-def _uncompressed(curve: Curve, P: Point, group: int) -> bytes:
-    """snarkjs's "uncompressed" encoding (big-endian standard coordinates) used in its hashes."""
-    n8 = curve.Fq.n8
-    if P is None:
-        return bytes([0x40]) + bytes(2 * group * n8 - 1)
-    coords = [P[0], P[1]] if group == 1 else [P[0][1], P[0][0], P[1][1], P[1][0]]
-    return b"".join(c.to_bytes(n8, "big") for c in coords)
-
-
-def _contribution(curve: Curve, delta: int, name: str, cs_hash: bytes) -> ZKeyContribution:
-    """δ's record in snarkjs's layout: δ·G1, a name, and a well-formed but empty proof-of-knowledge.
-
-    snarkjs's proof of knowledge pairs (s·G1, δ·s·G1) with δ·g2_sp, g2_sp hashed to G2
-    from the transcript by its own ChaCha-based map. cuzk does not reproduce that map: its
-    g2_sp is the transcript's integer times G2, a point whose discrete log is public, so the
-    pair passes the pairing check yet proves nothing. Hence the module note: ``snarkjs zkey
-    verify`` cannot vouch for these keys.
-    """
-    G1, G2 = curve.G1, curve.G2
-    g1_s = G1.mul(G1.generator, _random_scalar(curve))
-    g1_sx = G1.mul(g1_s, delta)
-    transcript = hashlib.blake2b(cs_hash + _uncompressed(curve, g1_s, 1) + _uncompressed(curve, g1_sx, 1), digest_size=64).digest()
-    g2_sp = G2.mul(G2.generator, int.from_bytes(transcript, "big") % curve.r)
-    return ZKeyContribution(G1.mul(G1.generator, delta), g1_s, g1_sx, G2.mul(g2_sp, delta), transcript, 0, name)
+# The whole setup.
 
 
 def working_memory(r1cs: R1CS, log_n: int, chunk_points: int = CHUNK_POINTS) -> int:
@@ -443,7 +479,7 @@ def working_memory(r1cs: R1CS, log_n: int, chunk_points: int = CHUNK_POINTS) -> 
     per_wire = 4 * fr + 4 * 8  # u, v, w, k and the column pointers
     per_term = (4 + fr) + 2 * (8 + fr) + 12 + fr  # the r1cs's entry, two column copies and the coefficient entry
     per_row = 3 * 8  # the r1cs's row pointers
-    chunk = chunk_points * (2 * fr + 4 * 2 * fq)  # scalars in, G2 points out (and their copy into the file)
+    chunk = chunk_points * (2 * fr + 4 * 4 * fq)  # scalars in, G2 points out, their copy into the file, the circuit hash's two
     return r1cs.n_wires * per_wire + nnz * per_term + r1cs.n_constraints * per_row + (3 << log_n) * fr + chunk + (256 << 20)
 
 
@@ -510,7 +546,11 @@ def setup(
     timings["coefficients"] = time.perf_counter() - t
     sections._clock = time.perf_counter()
     G1, G2 = curve.G1, curve.G2
-    mpc = MPCParams(bytes(64), (_contribution(curve, sections.delta, name, bytes(64)),))
+
+    def mpc() -> MPCParams:  # called once the point sections are written: the circuit hash is complete then
+        cs_hash = sections.circuit_hash()
+        return MPCParams(cs_hash, (contribution(curve, sections.delta, name, cs_hash),))
+
     try:
         write_zkey(
             zkey_path, curve, n_vars=r1cs.n_wires, n_public=r1cs.n_public, domain_size=1 << log_n,
