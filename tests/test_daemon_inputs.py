@@ -276,6 +276,22 @@ def test_a_fullprove_the_daemon_answers_calculates_the_witness_without_the_prove
     assert load_json(public) == GOOD_PUBLIC and snarkjs_verify(checks_key[1], public, proof)
 
 
+def test_compiled_circuits_are_cached_in_the_data_directory(daemon, tmp_path):
+    """wasmtime's module cache lives under the data directory (the daemon's; the CLI's, $CUZK_DATA_DIR), where a
+    container keeps its state, not under $XDG_CACHE_HOME; its settings file sits beside it, out of wasmtime's clean-up."""
+    assert list((daemon.data_dir / "wasm-cache" / "modules").iterdir())  # the daemon compiled the key's .wasm at start
+    data = tmp_path / "data"
+    inp = tmp_path / "input.json"
+    inp.write_text(json.dumps(GOOD))
+    env = {**os.environ, "CUZK_DATA_DIR": str(data), "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(REPO / "bin" / "cuzk"), "wtns", "calculate", str(CHECKS_WASM), str(inp),
+                               str(tmp_path / "w.wtns")], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+    assert f'directory = "{data / "wasm-cache"}"' in (data / "wasm-cache.toml").read_text()
+    assert list((data / "wasm-cache" / "modules").iterdir()) and not (tmp_path / "xdg").exists()
+
+
 def test_the_daemon_logs_a_circuits_log_lines_at_debug_only(caplog):
     """A circuit's log() lines, which the CLI prints, go to the daemon's log with the key's name at DEBUG, and are not
     even assembled otherwise."""

@@ -201,6 +201,7 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
     from .witness import WitnessCalculator, read_input_json
 
     check_outputs(args.proof, args.public)  # before the witness's calculation
+    _use_wasm_cache()
 
     @functools.cache  # once, whether the daemon proves it or this process does after all
     def witness() -> Witness:
@@ -215,6 +216,7 @@ def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
     from .witness import WitnessCalculator, read_input_json
 
     check_outputs(args.wtns)
+    _use_wasm_cache()
     calculator = WitnessCalculator(args.wasm)
     write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input), log=print))
     return 0
@@ -579,12 +581,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 WITHOUT_JIT = {"daemon", "submit", "await", "cancel", "status", "keys", "jobs", "top", "prove", "fullprove"}
 
 
-def _use_jit_cache() -> None:
-    """numba's cache under the data directory ($CUZK_DATA_DIR, else the default one), before numba is imported."""
+def _data_dir() -> str:
+    """This machine's data directory for a command without a config: $CUZK_DATA_DIR, else the default one."""
     from .addresses import ENV_PREFIX, default_data_dir
+
+    return os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir()
+
+
+def _use_jit_cache() -> None:
+    """numba's cache under the data directory, before numba is imported."""
     from .jit_cache import use_cache_dir
 
-    use_cache_dir(os.environ.get(ENV_PREFIX + "DATA_DIR") or default_data_dir())
+    use_cache_dir(_data_dir())
+
+
+def _use_wasm_cache() -> None:
+    """wasmtime's compiled circuits under the data directory, as the daemon keeps them."""
+    from .witness.wasm import use_cache_dir
+
+    use_cache_dir(_data_dir())
 
 
 def _plain_prove(argv: list[str]):

@@ -100,6 +100,7 @@ from ..memory.probe import load_saved_probes
 from ..memory.runtime import RuntimeReservation
 from ..memory.units import format_size
 from ..prover.sizing import WorkingSet
+from ..witness.wasm import use_cache_dir as use_wasm_cache_dir
 from .admission import Admission, JobTooLarge
 from .config import EngineConfig
 from .devices import device_ordinals, make_backends, proofs_per_backend
@@ -161,6 +162,7 @@ class Engine(TrackedJobs):
                                    msm_tables=config.cpu_msm_tables if not on_device and self.backends else False)
             self._pinned: PinnedPool | None = None
             self._attach_devices()
+            use_wasm_cache_dir(config.data_dir)  # compiled circuits kept with the daemon's state
             self.witnesses = WitnessCalculators(budget, config.witness_workers)  # keys registered with their .wasm
             self._register_saved_keys()
             if self.device_processes:  # the devices' owners, started beside the registered keys (they size K for them)

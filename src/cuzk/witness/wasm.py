@@ -16,7 +16,9 @@ calculations run in parallel and never see each other's signals.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,19 +45,51 @@ EXPORTS = ("memory", "getFieldNumLen32", "getRawPrime", "getSharedRWMemoryStart"
            "getInputSignalSize", "setInputSignal", "getInputSize", "getWitnessSize", "getWitness", "getMessageChar")
 
 
+CACHE_FOLDER = "wasm-cache"  # under the data directory, beside numba's
+_cache_dir: Path | None = None
+
+
+def use_cache_dir(data_dir: str | os.PathLike) -> None:
+    """Keep compiled modules under the data directory (``CACHE_FOLDER``) rather than wasmtime's default,
+    $XDG_CACHE_HOME/wasmtime: a container's home is often lost at each restart where its data directory is kept.
+    Effective only before this process's first module: wasmtime's engine is made once."""
+    global _cache_dir
+    _cache_dir = Path(data_dir) / CACHE_FOLDER
+
+
+# wasmtime's cache settings file in its two forms: wasmtime 50 refuses the `enabled` key that wasmtime 7 requires.
+CACHE_SETTINGS = ('[cache]\ndirectory = {}\n', '[cache]\nenabled = true\ndirectory = {}\n')
+
+
+@functools.cache
 def _engine() -> wasmtime.Engine:
-    """wasmtime's engine with its on-disk cache of compiled modules (wasmtime's own, under $XDG_CACHE_HOME/wasmtime,
-    size-capped): a circuit's .wasm compiles once per machine, not in every `cuzk fullprove` or daemon start (a
-    circomlib circuit of 10k constraints, 2.3 MB of wasm: 0.8 s, then 0.02 s)."""
+    """wasmtime's engine with its on-disk cache of compiled modules (size-capped by wasmtime): a circuit's .wasm
+    compiles once per machine, not in every `cuzk fullprove` or daemon start (a circomlib circuit of 10k constraints,
+    2.3 MB of wasm: 0.8 s, then 0.02 s). Under :func:`use_cache_dir`'s folder where one was given."""
     config = wasmtime.Config()
-    try:
-        config.cache = True
-    except wasmtime.WasmtimeError:  # no usable cache: every process compiles
-        pass
+    if _cache_dir is not None:
+        _cache_in(config, _cache_dir)
+    else:
+        with contextlib.suppress(wasmtime.WasmtimeError):  # no usable cache: every process compiles
+            config.cache = True
     return wasmtime.Engine(config)
 
 
-_ENGINE = _engine()
+def _cache_in(config: wasmtime.Config, folder: Path) -> None:
+    """Point ``config``'s cache at ``folder`` through a settings file beside it (wasmtime's clean-up removes what it
+    did not write from the folder), in the form this wasmtime reads; no cache where neither form is read or the data
+    directory cannot be written."""
+    settings = folder.with_suffix(".toml")
+    for form in CACHE_SETTINGS:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = settings.with_name(f".{settings.name}.{os.getpid()}")  # renamed into place: a reader never sees half
+            tmp.write_text(form.format(json.dumps(str(folder))))  # a TOML basic string as JSON writes a string
+            os.replace(tmp, settings)
+            config.cache = str(settings)
+            return
+        except (wasmtime.WasmtimeError, OSError):
+            continue
 WASM_MEMORY_MAX = (1 << 32) - (1 << 16)  # bytes a 32-bit WebAssembly memory can grow to, in whole 64 KiB pages
 
 # Reads the witness out inside WebAssembly: getWitness(i) then n32 × readSharedRWMemory(j) per value, into this
@@ -93,7 +127,7 @@ COPY_WITNESS_WAT = r"""
 
 @functools.cache
 def _copy_witness_module() -> wasmtime.Module:
-    return wasmtime.Module(_ENGINE, COPY_WITNESS_WAT)
+    return wasmtime.Module(_engine(), COPY_WITNESS_WAT)
 
 
 class CircuitAbort(Exception):
@@ -106,7 +140,7 @@ class WitnessCalculator:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         try:
-            self._module = wasmtime.Module.from_file(_ENGINE, str(self.path))
+            self._module = wasmtime.Module.from_file(_engine(), str(self.path))
         except FileNotFoundError as exc:
             raise FormatError(self.path, f"cannot open: {exc.strerror}") from None
         except wasmtime.WasmtimeError as exc:
@@ -178,7 +212,7 @@ class _Run:
 
     def __init__(self, calc: WitnessCalculator, log: Callable[[str], object] | None = None):
         self.path = calc.path
-        self.store = wasmtime.Store(_ENGINE)
+        self.store = wasmtime.Store(_engine())
         self.messages: list[str] = []
         self.code: int | None = None
         self._log, self._log_line = log, []
