@@ -25,8 +25,8 @@ import numpy as np
 from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_uncompressed, g2_to_uncompressed
-from ..ff.field import as_u64, field_consts, fp_scale_vec
-from ..formats.limbs import ints_to_limbs, limbs_to_ints
+from ..ff.field import FROM_MONT, as_u64, field_consts, fp_unary_vec
+from ..formats.limbs import limbs_to_ints
 from ..formats.zkey import CS_HASH_BYTES, TRANSCRIPT_BYTES, ZKeyContribution
 
 _WORD = 0xFFFFFFFF
@@ -111,7 +111,7 @@ def uncompressed_points(curve: Curve, points: np.ndarray) -> bytes:
     n = points.shape[0]
     limbs = np.ascontiguousarray(points, dtype=np.uint32).reshape(-1, curve.Fq.limbs32)
     standard = np.empty_like(limbs)
-    fp_scale_vec(as_u64(limbs), as_u64(ints_to_limbs([1], curve.Fq.limbs32))[0], as_u64(standard), field_consts(curve.Fq))
+    fp_unary_vec(as_u64(limbs), as_u64(standard), FROM_MONT, field_consts(curve.Fq))
     return standard.view(np.uint8).reshape(n, 2, -1)[:, :, ::-1].tobytes()
 
 
