@@ -7,8 +7,9 @@ Each circuit is compiled by circom 2 (the circom2 npm package of tests/oracle: `
 witness computed from a fixed input by `cuzk wtns calculate`, and its key made by `cuzk setup` without a ptau, so the
 key is for testing only; it is a snarkjs-format zkey, which rapidsnark reads as well. Each folder then holds what
 benchmarks/oneshot.py takes (circuit.zkey, witness.wtns, verification_key.json) beside circuit.r1cs, circuit.wasm and
-input.json. Folders already built are kept; the default place is .bench-cache/circuits/ (git-ignored). Prints the
-folders, one per line, for `oneshot.py $(make_circuits.py)`.
+input.json. What a folder already holds is kept (copy circuit.r1cs and circuit.wasm to a machine without node and
+the rest is made there); the default place is .bench-cache/circuits/ (git-ignored). Prints the folders, one per line,
+for `oneshot.py $(make_circuits.py)`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 SOURCES = Path(__file__).resolve().parent / "circuits"
 ORACLE = REPO / "tests" / "oracle" / "node_modules"
 CIRCOM = ORACLE / ".bin" / "circom2"
-CUZK = Path(sys.executable).with_name("cuzk")
+CUZK = [sys.executable, "-m", "cuzk.cli"]
+# circom's simplification where its default (--O1, which keeps the linear constraints) does not give the size wanted
+FLAGS = {"merkle_batch": ("--O2",)}
 
 
 def _bits_msb_first(data: bytes) -> list[int]:
@@ -52,28 +55,34 @@ def inputs(name: str) -> dict:
 
 
 def build(name: str, out: Path) -> Path:
+    """Each step runs only where its output is missing, so a folder holding circuit.r1cs and circuit.wasm (copied to
+    a machine without node) needs no circom."""
     d = out / name
-    if (d / "verification_key.json").exists():
-        return d
+    d.mkdir(parents=True, exist_ok=True)
+    if not ((d / "circuit.r1cs").exists() and (d / "circuit.wasm").exists()):
+        _compile(SOURCES / f"{name}.circom", d)
+    if not (d / "input.json").exists():
+        (d / "input.json").write_text(json.dumps(inputs(name)))
+    if not (d / "witness.wtns").exists():
+        subprocess.run([*CUZK, "wtns", "calculate", str(d / "circuit.wasm"), str(d / "input.json"),
+                        str(d / "witness.wtns")], check=True)
+    if not (d / "verification_key.json").exists():  # written last by setup: the folder is complete
+        subprocess.run([*CUZK, "setup", "--quiet", "--name", f"{name} benchmark (testing only)",
+                        str(d / "circuit.r1cs"), str(d / "circuit.zkey")], check=True)
+    return d
+
+
+def _compile(source: Path, d: Path) -> None:
     if not CIRCOM.exists():
         raise SystemExit("circom2 is not installed: npm ci --prefix tests/oracle")
-    source = SOURCES / f"{name}.circom"
-    work = out / f"{name}.building"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     # circom2 runs in a WASI sandbox that resolves paths below its working directory only: run it from /.
-    subprocess.run([str(CIRCOM), str(source), "--r1cs", "--wasm", "-l", str(ORACLE), "-o", str(work.resolve())],
+    subprocess.run([str(CIRCOM), str(source), "--r1cs", "--wasm", "-l", str(ORACLE), "-o", str(d.resolve()),
+                    *FLAGS.get(source.stem, ())],
                    cwd="/", check=True, stdout=subprocess.DEVNULL)
-    (work / f"{name}.r1cs").rename(work / "circuit.r1cs")
-    (work / f"{name}_js" / f"{name}.wasm").rename(work / "circuit.wasm")
-    shutil.rmtree(work / f"{name}_js")
-    (work / "input.json").write_text(json.dumps(inputs(name)))
-    subprocess.run([str(CUZK), "wtns", "calculate", str(work / "circuit.wasm"), str(work / "input.json"),
-                    str(work / "witness.wtns")], check=True)
-    subprocess.run([str(CUZK), "setup", "--quiet", "--name", f"{name} benchmark (testing only)",
-                    str(work / "circuit.r1cs"), str(work / "circuit.zkey")], check=True)
-    work.rename(d)
-    return d
+    js = d / f"{source.stem}_js"
+    (js / f"{source.stem}.wasm").rename(d / "circuit.wasm")
+    (d / f"{source.stem}.r1cs").rename(d / "circuit.r1cs")  # after the wasm: both present means compiled
+    shutil.rmtree(js)
 
 
 def main(argv: list[str] | None = None) -> int:

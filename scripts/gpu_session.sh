@@ -58,6 +58,8 @@ for s in "$@"; do
     oneshot) step oneshot ${T_ONESHOT:-300} python3 benchmarks/oneshot.py --backend cuda --repeat ${REPEAT:-3} --rapidsnark .gpurun/rapidsnark ${ONESHOT_ARGS} ;;  # cp ../shared/peers/rapidsnark .gpurun/ first
     oneshotv) python3 -m venv --without-pip /tmp/cv && step oneshotv ${T_ONESHOT:-300} python3 benchmarks/oneshot.py --backend cuda --repeat ${REPEAT:-3} \
       --rapidsnark .gpurun/rapidsnark --client-python /tmp/cv/bin/python ${ONESHOT_ARGS} ;;  # the daemon's clients in a venv without the image's site-packages
+    benchcircuits)  # benchmarks/make_circuits.py's circuits from their r1cs and wasm (tar czf .gpurun/benchc.tgz -C .bench-cache circuits/*/circuit.{r1cs,wasm}): witness and key made here, in /tmp/bc/circuits
+      mkdir -p /tmp/bc && tar xzf .gpurun/benchc.tgz -C /tmp/bc && step benchcircuits ${T_BC:-300} python3 benchmarks/make_circuits.py --out /tmp/bc/circuits $(ls /tmp/bc/circuits) ;;
     pystart) step pystart 90 bash -c 'for flags in "" "-S" "-I"; do t0=$(date +%s%N); for i in 1 2 3 4 5; do python3 $flags -c "import sys"; done; \
       echo "python3 $flags -c \"import sys\": $(( ($(date +%s%N) - t0) / 5000000 )) ms"; done; python3 -X importtime -c "import sys" 2>&1 | sort -t"|" -k2 -n | tail -8; \
       d=$(python3 -c "import site; print(site.getsitepackages()[0])"); echo "$d: $(ls $d | wc -l) entries, .pth: $(ls $d | grep "\.pth$" | tr "\n" " ")"' ;;  # what the interpreter's start costs here

@@ -1,6 +1,7 @@
 pragma circom 2.0.0;
-// A batch of 16 Poseidon Merkle paths of depth 16, each giving its tree's root:
-// 256 Poseidon(2) hashes and their left/right switches, about 62,000 constraints, a 2^16 domain.
+// A batch of 16 Poseidon Merkle paths of depth 16, each giving its tree's root: 256 Poseidon(2) hashes and their
+// left/right switches, built with --O2 (benchmarks/make_circuits.py): about 62,000 constraints, a 2^16 domain
+// (with circom's default --O1, which keeps the linear constraints, 133,000 and 2^18).
 include "circomlib/circuits/poseidon.circom";
 include "circomlib/circuits/switcher.circom";
 
