@@ -154,6 +154,8 @@ def test_http_upload_that_asks_to_continue_is_invited_at_once_and_a_refused_one_
      "input grid: arrays nested more than 64 deep"),
     ("not an object", "checks", [GOOD], 400, 'request body: must be a JSON object {"input": {<signal>: <value>, ...}}, not a JSON array'),
     ("key without wasm", "nowasm", {"input": GOOD}, 400, "has no witness generator"),
+    ("a value past Python's 4300 digits", "checks", {"input": {"grid": GRID, "x": "9" * 5000}}, 400,
+     "input x: a number of 5000 digits is outside the circuit's field"),  # was a 500: int()'s plain ValueError
 ])
 def test_http_bad_requests_get_their_status(daemon, case, key, body, status, message):
     got, answer, _ = post(daemon, key, json.dumps(body).encode())
@@ -327,3 +329,5 @@ def test_http_request_id_and_priority(daemon):
     assert first[0] == second[0] == 200 and first[2]["X-Cuzk-Job-Id"] == second[2]["X-Cuzk-Job-Id"]
     status, answer, _ = post(daemon, "checks", json.dumps({"input": GOOD, "priority": "urgent"}).encode())
     assert status == 400 and "unknown priority 'urgent'" in answer["error"]
+
+

@@ -335,6 +335,22 @@ def test_bad_vkey_json(tmp_path, doc, match):
     _json_bad(tmp_path, read_vkey, doc, match)
 
 
+@pytest.mark.parametrize("text", [" 5", "5 ", "+5", "5_0", "\u0665", "0x5", "", "-"])
+def test_only_ascii_digits_are_decimal(tmp_path, text):
+    """Python's int() also reads blanks, a '+', '_' between digits and other scripts' digits, where snarkjs reads no
+    number (" 502" and "+502": Invalid proof; "5_0_2": an error): such a file was verified here as valid."""
+    _json_bad(tmp_path, read_public, ["1", text], rf"entry #1: {text!r} is not a decimal integer".replace("+", r"\+"))
+    _json_bad(tmp_path, read_proof, {**PROOF, "pi_a": [text, "2", "1"]}, "pi_a: .* is not a decimal integer")
+
+
+def test_numbers_too_long_for_python_are_named(tmp_path):
+    """A number of more digits than Python converts (4300) is json's plain ValueError, not a JSONDecodeError: it
+    reached the command line without the file's name (and over HTTP, as an internal error)."""
+    _json_bad(tmp_path, read_public, None, "doc.json: holds a number of thousands of digits", raw="[" + "1" * 5000 + "]")
+    _json_bad(tmp_path, read_public, ["9" * 5000], "entry #0: a 5000-digit number is not a field element")
+    _json_bad(tmp_path, read_proof, {**PROOF, "pi_c": ["9" * 5000, "2", "1"]}, "pi_c: a 5000-digit number is not")
+
+
 def test_bad_public_json(tmp_path):
     _json_bad(tmp_path, read_public, {"a": 1}, "expected a JSON array")
     _json_bad(tmp_path, read_public, ["1", True], "entry #1: expected a decimal string")

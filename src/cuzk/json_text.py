@@ -76,6 +76,10 @@ def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
     return _leaf(obj)
 
 
+# What a JSON number longer than Python converts to an int (``sys.get_int_max_str_digits()``, 4300 by default; json
+# raises a plain ValueError for it, not a JSONDecodeError) is: field elements have at most 115 digits.
+TOO_MANY_DIGITS = "holds a number of thousands of digits, longer than any field element"
+
 MAX_NESTING = 200  # arrays and objects within each other that a document may have: far past any snarkjs file or input
 
 
