@@ -331,3 +331,8 @@ def test_http_request_id_and_priority(daemon):
     assert status == 400 and "unknown priority 'urgent'" in answer["error"]
 
 
+def test_http_timeout_without_bound(daemon):
+    """A wait past threading.TIMEOUT_MAX (inf, 1e308) overflowed the engine's wait: a 500 for a positive number."""
+    for timeout in ("inf", "1e308"):
+        status, answer, _ = post(daemon, f"checks?timeout_s={timeout}", json.dumps({"input": GOOD}).encode())
+        assert status == 200, answer
