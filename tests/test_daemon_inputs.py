@@ -77,6 +77,10 @@ def test_grpc_bad_inputs_are_the_requests_errors_and_the_daemon_keeps_serving(da
         for both_or_neither in ({}, {"witness": b"wtns", "input": GOOD}):
             with pytest.raises(ValueError, match="give a witness or the circuit's input"):
                 client.submit("checks", **both_or_neither)
+        with pytest.raises(DaemonError) as exc:  # an error quoting 100 KB overflowed the trailers: "Stream removed"
+            client.submit("checks", input={"grid": GRID, "x": "y" * 100_000})
+        assert exc.value.code == "INVALID_ARGUMENT" and str(exc.value).endswith("more characters)")
+        assert "input x: 'yyy" in str(exc.value)
         result = client.prove("checks", input=json.dumps(GOOD), timeout=120)  # JSON text is taken as is
     check_proof(result.proof, result.public_signals, checks_key[1], tmp_path)
 
