@@ -351,6 +351,20 @@ def test_numbers_too_long_for_python_are_named(tmp_path):
     _json_bad(tmp_path, read_proof, {**PROOF, "pi_c": ["9" * 5000, "2", "1"]}, "pi_c: a 5000-digit number is not")
 
 
+def test_zkey_ic_points_are_checked_when_a_verification_key_is_taken(good_files, tmp_path):
+    """The IC points are what a verification key lists: one off the curve was exported as it was, and made a one-shot
+    prove's self-check fail naming no file."""
+    zkey = good_files["bn128"]["zkey"]
+    ic = section_offsets(zkey, tmp_path, "zkey")[3][0]
+    path = tmp_path / "ic.zkey"
+    path.write_bytes(patched(zkey, ic + 64 + 3, bytes([zkey[ic + 64 + 3] ^ 1])))
+    with pytest.raises(FormatError, match=r"ic.zkey: section 3 \(IC points\): IC\[1\] is not a point of bn128 G1"):
+        read_zkey(path).ic_points()
+    path.write_bytes(patched(zkey, ic, (BN254.q + 1).to_bytes(32, "little")))
+    with pytest.raises(FormatError, match=r"IC\[0\]: a coordinate is not reduced modulo q"):
+        read_zkey(path).ic_points()
+
+
 def test_bad_public_json(tmp_path):
     _json_bad(tmp_path, read_public, {"a": 1}, "expected a JSON array")
     _json_bad(tmp_path, read_public, ["1", True], "entry #1: expected a decimal string")

@@ -246,7 +246,7 @@ def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
     from .formats.r1cs import read_r1cs
     from .formats.zkey import read_zkey
     from .prover.groth16 import prove
-    from .prover.verify import prepare_zkey, verify
+    from .prover.verify import VerifyInputError, prepare_zkey, verify
 
     t0 = time.perf_counter()
     zkey = read_zkey(args.zkey)
@@ -260,11 +260,14 @@ def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
     if args.verify:
         steps.step("verifying the proof")
         t = time.perf_counter()
-        ok = verify(prepare_zkey(zkey, single_proof=True), proof.public_signals, proof)
+        try:
+            ok, why = verify(prepare_zkey(zkey, single_proof=True), proof.public_signals, proof), "corrupted key or wrong witness?"
+        except VerifyInputError as exc:  # a proof point off its curve: only bases off theirs give one
+            ok, why = False, f"{exc}: the key {args.zkey} is corrupt"
         timings["verify"] = time.perf_counter() - t
         if not ok:
-            print("error: the proof does not verify against the key's verification data; nothing written "
-                  "(corrupted key or wrong witness?)", file=sys.stderr)
+            print(f"error: the proof does not verify against the key's verification data; nothing written ({why})",
+                  file=sys.stderr)
             return 1
     write_proof(args.proof, proof)
     write_public(args.public, proof.public_signals)

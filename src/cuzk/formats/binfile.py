@@ -104,8 +104,7 @@ class BinFile:
 
     # sections -----------------------------------------------------------------------
     def describe(self, stype: int) -> str:
-        name = self.section_names.get(stype)
-        return f"section {stype} ({name})" if name else f"section {stype}"
+        return section_label(stype, self.section_names)
 
     def error(self, stype: int | None, problem: str) -> FormatError:
         """A FormatError naming this file and (when given) the section."""
@@ -186,6 +185,12 @@ class BinFile:
 
     def u32(self, stype: int, offset: int = 0) -> int:
         return struct.unpack("<I", self.read(stype, offset, 4))[0]
+
+
+def section_label(stype: int, names: Mapping[int, str]) -> str:
+    """How errors name a section: "section 3 (IC points)"."""
+    name = names.get(stype)
+    return f"section {stype} ({name})" if name else f"section {stype}"
 
 
 def n8_of(prime: int) -> int:
