@@ -110,6 +110,16 @@ def test_output_paths_are_checked_before_anything_is_read(tmp_path, capsys):
     assert "cannot write: no such directory" in _one_error_line(capsys)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
+    """A write that fails after the checks (a full disk) was "[Errno 28] No space left on device": no file named."""
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), "/dev/full"]) == 1
+    assert _one_error_line(capsys) == "error: /dev/full: cannot write: No space left on device\n"
+    args = ["prove", "--local", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns")]
+    assert cli_main([*args, "/dev/full", str(tmp_path / "public.json")]) == 1
+    assert _one_error_line(capsys) == "error: /dev/full: cannot write: No space left on device\n"
+
+
 def test_a_proof_from_a_key_with_points_off_their_curve_names_the_key(tmp_path, capsys):
     """The self-check refuses such a proof as malformed: its error was "proof A is not on the bn128 G1 curve" alone,
     as if the proof were the user's."""

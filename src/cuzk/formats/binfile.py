@@ -23,6 +23,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..curves import Curve, UnknownCurveError, curve_by_q, curve_by_r
+from ..json_text import OutputError
 from .errors import FormatError
 
 FILE_HEADER = struct.Struct("<4sII")
@@ -219,6 +220,11 @@ def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: I
         with open(tmp, "wb") as f:
             _write_container(f, magic, version, sections, fill_order)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename not in (None, str(tmp)):  # another file's, read for a section's pieces
+            raise
+        raise OutputError(path, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -20,7 +20,7 @@ from typing import Any
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
 from ..curves.serialize import decimal_int, g1_from_json, g1_to_json, g2_from_json, g2_to_json
-from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, dumps_like_snarkjs, nested_too_deeply
+from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, dumps_like_snarkjs, nested_too_deeply, write_text
 from .errors import FormatError
 
 # An Fq12 element in snarkjs's layout: [[[c000, c001], [c010, c011], [c020, c021]], [[...], [...], [...]]]
@@ -84,15 +84,15 @@ def vkey_to_json(vkey: VerificationKey) -> str:
 
 
 def write_proof(path: str | os.PathLike, proof) -> None:
-    Path(path).write_text(proof_to_json(proof))
+    write_text(path, proof_to_json(proof))
 
 
 def write_public(path: str | os.PathLike, values: Sequence[int]) -> None:
-    Path(path).write_text(public_to_json(values))
+    write_text(path, public_to_json(values))
 
 
 def write_vkey(path: str | os.PathLike, vkey: VerificationKey) -> None:
-    Path(path).write_text(vkey_to_json(vkey))
+    write_text(path, vkey_to_json(vkey))
 
 
 # reading --------------------------------------------------------------------------------
