@@ -137,6 +137,16 @@ def test_a_proof_from_a_key_with_points_off_their_curve_names_the_key(tmp_path, 
     assert not any(map(os.path.exists, out))
 
 
+@pytest.mark.parametrize("command", [["prove", "k.zkey", "w.wtns", "p.json", "pub.json"], ["await", "job", "p.json", "pub.json"]])
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_a_timeout_is_a_positive_number_of_seconds(command, value, capsys):
+    """`--timeout -1` was taken, and the proof waited for 1 ms ("still proving after 0.001 s"), the job left running."""
+    with pytest.raises(SystemExit) as done:
+        cli_main([*command, "--timeout", value])
+    assert done.value.code == 2
+    assert f"argument --timeout: '{value}' is not a positive number of seconds" in capsys.readouterr().err
+
+
 def test_zkey_export_verificationkey_is_export_vkey(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(a)]) == 0

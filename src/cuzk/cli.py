@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from .cli_args import add_arguments, arg, client_options, parse_plain, priority_option
+from .cli_args import add_arguments, arg, client_options, parse_plain, priority_option, seconds
 
 # Imports stay inside the commands: a one-shot `cuzk prove` on a local daemon pays for every module it loads, on each
 # proof (argparse, pathlib, dataclasses and typing alone cost it ~60 ms of CPU on two cores).
@@ -429,7 +429,7 @@ PROVING_OPTIONS = (
     PROGRESS_OPTION,
     *client_options(daemon_help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally"),
     priority_option(help_text="with --daemon: the job's priority"),
-    arg("--timeout", type=float, help="with --daemon: seconds to wait for the proof"),
+    arg("--timeout", type=seconds, help="with --daemon: seconds to wait for the proof"),
 )
 
 # Where a plain `prove` or `fullprove` proves: this machine's daemon, which may be started for it, or this process.
