@@ -252,6 +252,38 @@ def test_cli_verify_takes_other_provers_layout_and_keeps_unreadable_apart_from_i
     assert cli_main(["verify", str(vkey), str(public), str(tmp_path / "missing.json")]) == 2
 
 
+def test_cli_verify_names_the_file_of_what_only_the_verifier_checks(tmp_path, capsys):
+    """A key point at infinity, a proof point outside its subgroup, a signal count the key does not take: exit 2 with
+    the file named (was "error: vk_alpha_1 is the point at infinity", "error: the key has 2 public signals, got 1")."""
+    import json
+    from pathlib import Path
+
+    from cuzk.cli import main as cli_main
+    from cuzk.curves.serialize import g2_to_json
+    from test_pairing import random_twist_point
+
+    example = Path(__file__).resolve().parents[1] / "src" / "cuzk" / "examples" / "synthetic_bn254"
+    vkey, public = example / "verification_key.json", example / "public.json"
+    proof = tmp_path / "proof.json"
+    assert cli_main(["prove", "--local", str(example / "circuit.zkey"), str(example / "witness.wtns"), str(proof),
+                     str(tmp_path / "public.json")]) == 0
+    capsys.readouterr()
+    cases = []
+    bad = tmp_path / "vk.json"
+    bad.write_text(json.dumps({**json.loads(vkey.read_text()), "vk_alpha_1": ["0", "1", "0"]}))
+    cases.append(((bad, public, proof), f"error: {bad}: vk_alpha_1 is the point at infinity"))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(json.loads(public.read_text())[:-1]))
+    cases.append(((vkey, short, proof), f"error: {short}: has "))
+    twisted = tmp_path / "twisted.json"
+    twisted.write_text(json.dumps({**json.loads(proof.read_text()), "pi_b": g2_to_json(random_twist_point(BN254, random.Random(1)))}))
+    cases.append(((vkey, public, twisted), f"error: {twisted}: proof B is on the curve but not in the order-r subgroup"))
+    for files, message in cases:
+        assert cli_main(["verify", *map(str, files)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
+
+
 def test_prepare_zkey_is_prepare_vkey_of_the_exported_key():
     from cuzk.bench.workload import example_dir
 

@@ -302,15 +302,24 @@ VERIFY_UNREADABLE = 2  # the files could not be read or do not fit together: not
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .formats.json_io import read_proof, read_public, read_vkey
-    from .prover.verify import verify
+    from .prover.verify import VerifyInputError, prepare_vkey, verify
 
     try:
         vkey = read_vkey(args.vkey)
         # The curve comes from the verification key: other provers' files (rapidsnark's) name none.
-        public = read_public(args.public, curve=vkey.curve)
+        public = read_public(args.public, curve=vkey.curve, n_public=vkey.n_public)
         proof = read_proof(args.proof, curve=vkey.curve)
         t = time.perf_counter()
-        ok = verify(vkey, public, proof)
+        # What the readers leave to the verifier (a key point at infinity or outside its subgroup, a proof point outside
+        # its subgroup) is named with its file, as the readers' errors are.
+        try:
+            key = prepare_vkey(vkey)
+        except VerifyInputError as exc:
+            raise VerifyInputError(f"{args.vkey}: {exc}") from None
+        try:
+            ok = verify(key, public, proof)
+        except VerifyInputError as exc:  # the key and the signals are checked by now: a proof point
+            raise VerifyInputError(f"{args.proof}: {exc}") from None
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return VERIFY_UNREADABLE
