@@ -169,6 +169,35 @@ def test_points_outside_the_subgroup_raise():
         verify(pvk, [3], replace(proof, a=(x, y)))
 
 
+def test_a_key_point_outside_its_subgroup_is_not_exported(tmp_path):
+    """The zkey reader checks its header points on their curves only: one outside its subgroup was exported, and the
+    verification key then refused by every verifier. vkey_from_zkey checks them (and the IC points) as one does."""
+    from cuzk.cli import main as cli_main
+    from cuzk.formats.binfile import BinFile
+    from cuzk.formats.errors import FormatError
+    from test_formats import write_synthetic_files
+
+    c = BLS12_381
+    zkey = write_synthetic_files(c, tmp_path)["zkey"]
+    with BinFile(zkey, "zkey", 2) as f:
+        alpha_at = next(s.offset for s in f.sections if s.type == 2) + 4 + c.Fq.n8 + 4 + c.Fr.n8 + 12
+    x = 5
+    while True:  # a point of E(Fq) outside G1, as above
+        rhs = (x**3 + c.G1.b) % c.q
+        y = pow(rhs, (c.q + 1) // 4, c.q)
+        if y * y % c.q == rhs:
+            break
+        x += 1
+    data = zkey.read_bytes()
+    bad = tmp_path / "bad.zkey"
+    bad.write_bytes(data[:alpha_at] + c.Fq.to_mont_bytes(x) + c.Fq.to_mont_bytes(y) + data[alpha_at + 2 * c.Fq.n8 :])
+    with pytest.raises(FormatError, match=r"bad.zkey: section 2 \(groth16 header\): alpha1 is on the curve but not in the "
+                                          "order-r subgroup of bls12381 G1"):
+        vkey_from_zkey(read_zkey(bad))
+    assert cli_main(["zkey", "export", "verificationkey", str(bad), str(tmp_path / "vk.json")]) == 1
+    assert not (tmp_path / "vk.json").exists()
+
+
 def test_proof_of_the_other_curve_raises():
     td, pvk = trapdoor(BN254, 1)
     other, _ = trapdoor(BLS12_381, 1)
