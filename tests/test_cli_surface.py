@@ -110,6 +110,43 @@ def test_output_paths_are_checked_before_anything_is_read(tmp_path, capsys):
     assert "cannot write: no such directory" in _one_error_line(capsys)
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
+    """A write that fails after the checks (a full disk) was "[Errno 28] No space left on device": no file named."""
+    assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), "/dev/full"]) == 1
+    assert _one_error_line(capsys) == "error: /dev/full: cannot write: No space left on device\n"
+    args = ["prove", "--local", str(EXAMPLE / "circuit.zkey"), str(EXAMPLE / "witness.wtns")]
+    assert cli_main([*args, "/dev/full", str(tmp_path / "public.json")]) == 1
+    assert _one_error_line(capsys) == "error: /dev/full: cannot write: No space left on device\n"
+
+
+def test_a_proof_from_a_key_with_points_off_their_curve_names_the_key(tmp_path, capsys):
+    """The self-check refuses such a proof as malformed: its error was "proof A is not on the bn128 G1 curve" alone,
+    as if the proof were the user's."""
+    from cuzk.formats.binfile import BinFile
+
+    data = (EXAMPLE / "circuit.zkey").read_bytes()
+    with BinFile(EXAMPLE / "circuit.zkey", "zkey", 2) as f:
+        at = next(s.offset for s in f.sections if s.type == 5) + 64 + 3  # the x of the second A point
+    bad = tmp_path / "bad.zkey"
+    bad.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
+    out = [str(tmp_path / "proof.json"), str(tmp_path / "public.json")]
+    assert cli_main(["prove", "--local", str(bad), str(EXAMPLE / "witness.wtns"), *out]) == 1
+    assert _one_error_line(capsys) == ("error: the proof does not verify against the key's verification data; nothing "
+                                       f"written (proof A is not on the bn128 G1 curve: the key {bad} is corrupt)\n")
+    assert not any(map(os.path.exists, out))
+
+
+@pytest.mark.parametrize("command", [["prove", "k.zkey", "w.wtns", "p.json", "pub.json"], ["await", "job", "p.json", "pub.json"]])
+@pytest.mark.parametrize("value", ["-1", "0", "nan", "inf"])
+def test_a_timeout_is_a_positive_number_of_seconds(command, value, capsys):
+    """`--timeout -1` was taken, and the proof waited for 1 ms ("still proving after 0.001 s"), the job left running."""
+    with pytest.raises(SystemExit) as done:
+        cli_main([*command, "--timeout", value])
+    assert done.value.code == 2
+    assert f"argument --timeout: '{value}' is not a positive number of seconds" in capsys.readouterr().err
+
+
 def test_zkey_export_verificationkey_is_export_vkey(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     assert cli_main(["zkey", "export", "verificationkey", str(EXAMPLE / "circuit.zkey"), str(a)]) == 0

@@ -77,6 +77,10 @@ def test_grpc_bad_inputs_are_the_requests_errors_and_the_daemon_keeps_serving(da
         for both_or_neither in ({}, {"witness": b"wtns", "input": GOOD}):
             with pytest.raises(ValueError, match="give a witness or the circuit's input"):
                 client.submit("checks", **both_or_neither)
+        with pytest.raises(DaemonError) as exc:  # an error quoting 100 KB overflowed the trailers: "Stream removed"
+            client.submit("checks", input={"grid": GRID, "x": "y" * 100_000})
+        assert exc.value.code == "INVALID_ARGUMENT" and str(exc.value).endswith("more characters)")
+        assert "input x: 'yyy" in str(exc.value)
         result = client.prove("checks", input=json.dumps(GOOD), timeout=120)  # JSON text is taken as is
     check_proof(result.proof, result.public_signals, checks_key[1], tmp_path)
 
@@ -154,6 +158,8 @@ def test_http_upload_that_asks_to_continue_is_invited_at_once_and_a_refused_one_
      "input grid: arrays nested more than 64 deep"),
     ("not an object", "checks", [GOOD], 400, 'request body: must be a JSON object {"input": {<signal>: <value>, ...}}, not a JSON array'),
     ("key without wasm", "nowasm", {"input": GOOD}, 400, "has no witness generator"),
+    ("a value past Python's 4300 digits", "checks", {"input": {"grid": GRID, "x": "9" * 5000}}, 400,
+     "input x: a number of 5000 digits is outside the circuit's field"),  # was a 500: int()'s plain ValueError
 ])
 def test_http_bad_requests_get_their_status(daemon, case, key, body, status, message):
     got, answer, _ = post(daemon, key, json.dumps(body).encode())
@@ -327,3 +333,10 @@ def test_http_request_id_and_priority(daemon):
     assert first[0] == second[0] == 200 and first[2]["X-Cuzk-Job-Id"] == second[2]["X-Cuzk-Job-Id"]
     status, answer, _ = post(daemon, "checks", json.dumps({"input": GOOD, "priority": "urgent"}).encode())
     assert status == 400 and "unknown priority 'urgent'" in answer["error"]
+
+
+def test_http_timeout_without_bound(daemon):
+    """A wait past threading.TIMEOUT_MAX (inf, 1e308) overflowed the engine's wait: a 500 for a positive number."""
+    for timeout in ("inf", "1e308"):
+        status, answer, _ = post(daemon, f"checks?timeout_s={timeout}", json.dumps({"input": GOOD}).encode())
+        assert status == 200, answer

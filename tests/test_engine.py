@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -292,6 +293,29 @@ def test_unsatisfied_witness_fails_with_a_reason_and_the_engine_keeps_serving(ma
     engine.register_key("small", c.zkey, c.r1cs)
     record = engine.await_result(engine.submit("small", unsatisfied_witness(c, tmp_path)), timeout=SLOW)
     assert record.state is JobState.FAILED and "constraint" in record.error
+    assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
+
+
+def test_a_key_with_points_off_their_curve_fails_its_jobs_naming_the_key(make_engine, circuits, tmp_path):
+    """A proving base off its curve gives a proof point off it, which the self-check's verifier refuses as malformed
+    (not merely false): that was an internal error; a bad IC point failed the key's preparation the same way."""
+    from cuzk.formats.binfile import BinFile
+
+    c = circuits["small"]
+    data = c.zkey.read_bytes()
+    with BinFile(c.zkey, "zkey", 2) as f:
+        offsets = {s.type: s.offset for s in f.sections}
+    engine = make_engine(keys=())
+    for section, problem in ((5, "proof A is not on the bn128 G1 curve: the key .* is corrupt"),
+                             (3, r"section 3 \(IC points\): IC\[1\] is not a point of bn128 G1")):
+        bad = tmp_path / f"bad{section}.zkey"
+        at = offsets[section] + 64 + 3  # the second point's x
+        bad.write_bytes(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :])
+        engine.register_key(f"bad{section}", bad)
+        record = engine.await_result(engine.submit(f"bad{section}", c.witness), timeout=SLOW)
+        assert record.state is JobState.FAILED and re.search(problem, record.error), record.error
+        assert not record.error.startswith("internal error") and str(bad) in record.error
+    engine.register_key("small", c.zkey)
     assert engine.await_result(engine.submit("small", c.witness), timeout=SLOW).state is JobState.DONE
 
 

@@ -335,6 +335,36 @@ def test_bad_vkey_json(tmp_path, doc, match):
     _json_bad(tmp_path, read_vkey, doc, match)
 
 
+@pytest.mark.parametrize("text", [" 5", "5 ", "+5", "5_0", "\u0665", "0x5", "", "-"])
+def test_only_ascii_digits_are_decimal(tmp_path, text):
+    """Python's int() also reads blanks, a '+', '_' between digits and other scripts' digits, where snarkjs reads no
+    number (" 502" and "+502": Invalid proof; "5_0_2": an error): such a file was verified here as valid."""
+    _json_bad(tmp_path, read_public, ["1", text], rf"entry #1: {text!r} is not a decimal integer".replace("+", r"\+"))
+    _json_bad(tmp_path, read_proof, {**PROOF, "pi_a": [text, "2", "1"]}, "pi_a: .* is not a decimal integer")
+
+
+def test_numbers_too_long_for_python_are_named(tmp_path):
+    """A number of more digits than Python converts (4300) is json's plain ValueError, not a JSONDecodeError: it
+    reached the command line without the file's name (and over HTTP, as an internal error)."""
+    _json_bad(tmp_path, read_public, None, "doc.json: holds a number of thousands of digits", raw="[" + "1" * 5000 + "]")
+    _json_bad(tmp_path, read_public, ["9" * 5000], "entry #0: a 5000-digit number is not a field element")
+    _json_bad(tmp_path, read_proof, {**PROOF, "pi_c": ["9" * 5000, "2", "1"]}, "pi_c: a 5000-digit number is not")
+
+
+def test_zkey_ic_points_are_checked_when_a_verification_key_is_taken(good_files, tmp_path):
+    """The IC points are what a verification key lists: one off the curve was exported as it was, and made a one-shot
+    prove's self-check fail naming no file."""
+    zkey = good_files["bn128"]["zkey"]
+    ic = section_offsets(zkey, tmp_path, "zkey")[3][0]
+    path = tmp_path / "ic.zkey"
+    path.write_bytes(patched(zkey, ic + 64 + 3, bytes([zkey[ic + 64 + 3] ^ 1])))
+    with pytest.raises(FormatError, match=r"ic.zkey: section 3 \(IC points\): IC\[1\] is not a point of bn128 G1"):
+        read_zkey(path).ic_points()
+    path.write_bytes(patched(zkey, ic, (BN254.q + 1).to_bytes(32, "little")))
+    with pytest.raises(FormatError, match=r"IC\[0\]: a coordinate is not reduced modulo q"):
+        read_zkey(path).ic_points()
+
+
 def test_bad_public_json(tmp_path):
     _json_bad(tmp_path, read_public, {"a": 1}, "expected a JSON array")
     _json_bad(tmp_path, read_public, ["1", True], "entry #1: expected a decimal string")

@@ -169,6 +169,35 @@ def test_points_outside_the_subgroup_raise():
         verify(pvk, [3], replace(proof, a=(x, y)))
 
 
+def test_a_key_point_outside_its_subgroup_is_not_exported(tmp_path):
+    """The zkey reader checks its header points on their curves only: one outside its subgroup was exported, and the
+    verification key then refused by every verifier. vkey_from_zkey checks them (and the IC points) as one does."""
+    from cuzk.cli import main as cli_main
+    from cuzk.formats.binfile import BinFile
+    from cuzk.formats.errors import FormatError
+    from test_formats import write_synthetic_files
+
+    c = BLS12_381
+    zkey = write_synthetic_files(c, tmp_path)["zkey"]
+    with BinFile(zkey, "zkey", 2) as f:
+        alpha_at = next(s.offset for s in f.sections if s.type == 2) + 4 + c.Fq.n8 + 4 + c.Fr.n8 + 12
+    x = 5
+    while True:  # a point of E(Fq) outside G1, as above
+        rhs = (x**3 + c.G1.b) % c.q
+        y = pow(rhs, (c.q + 1) // 4, c.q)
+        if y * y % c.q == rhs:
+            break
+        x += 1
+    data = zkey.read_bytes()
+    bad = tmp_path / "bad.zkey"
+    bad.write_bytes(data[:alpha_at] + c.Fq.to_mont_bytes(x) + c.Fq.to_mont_bytes(y) + data[alpha_at + 2 * c.Fq.n8 :])
+    with pytest.raises(FormatError, match=r"bad.zkey: section 2 \(groth16 header\): alpha1 is on the curve but not in the "
+                                          "order-r subgroup of bls12381 G1"):
+        vkey_from_zkey(read_zkey(bad))
+    assert cli_main(["zkey", "export", "verificationkey", str(bad), str(tmp_path / "vk.json")]) == 1
+    assert not (tmp_path / "vk.json").exists()
+
+
 def test_proof_of_the_other_curve_raises():
     td, pvk = trapdoor(BN254, 1)
     other, _ = trapdoor(BLS12_381, 1)
@@ -250,6 +279,38 @@ def test_cli_verify_takes_other_provers_layout_and_keeps_unreadable_apart_from_i
     truncated.write_text(proof.read_text()[:40])
     assert cli_main(["verify", str(vkey), str(public), str(truncated)]) == 2
     assert cli_main(["verify", str(vkey), str(public), str(tmp_path / "missing.json")]) == 2
+
+
+def test_cli_verify_names_the_file_of_what_only_the_verifier_checks(tmp_path, capsys):
+    """A key point at infinity, a proof point outside its subgroup, a signal count the key does not take: exit 2 with
+    the file named (was "error: vk_alpha_1 is the point at infinity", "error: the key has 2 public signals, got 1")."""
+    import json
+    from pathlib import Path
+
+    from cuzk.cli import main as cli_main
+    from cuzk.curves.serialize import g2_to_json
+    from test_pairing import random_twist_point
+
+    example = Path(__file__).resolve().parents[1] / "src" / "cuzk" / "examples" / "synthetic_bn254"
+    vkey, public = example / "verification_key.json", example / "public.json"
+    proof = tmp_path / "proof.json"
+    assert cli_main(["prove", "--local", str(example / "circuit.zkey"), str(example / "witness.wtns"), str(proof),
+                     str(tmp_path / "public.json")]) == 0
+    capsys.readouterr()
+    cases = []
+    bad = tmp_path / "vk.json"
+    bad.write_text(json.dumps({**json.loads(vkey.read_text()), "vk_alpha_1": ["0", "1", "0"]}))
+    cases.append(((bad, public, proof), f"error: {bad}: vk_alpha_1 is the point at infinity"))
+    short = tmp_path / "short.json"
+    short.write_text(json.dumps(json.loads(public.read_text())[:-1]))
+    cases.append(((vkey, short, proof), f"error: {short}: has "))
+    twisted = tmp_path / "twisted.json"
+    twisted.write_text(json.dumps({**json.loads(proof.read_text()), "pi_b": g2_to_json(random_twist_point(BN254, random.Random(1)))}))
+    cases.append(((vkey, public, twisted), f"error: {twisted}: proof B is on the curve but not in the order-r subgroup"))
+    for files, message in cases:
+        assert cli_main(["verify", *map(str, files)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(message) and err.count("\n") == 1, err
 
 
 def test_prepare_zkey_is_prepare_vkey_of_the_exported_key():

@@ -138,6 +138,18 @@ def test_json_number_beyond_2_53_is_refused_not_rounded(checks):
         checks.calculate(parse_input_json('{"grid": [[12345678901234567891, 1, 1], [1, 1, 1]], "x": 2}'))
 
 
+def test_numbers_longer_than_python_converts_are_the_inputs_errors(checks):
+    """Past 4300 digits int() raises a plain ValueError: it escaped as one not naming the signal (and as an internal
+    error from the daemon)."""
+    for value, message in [("9" * 5000, "input x: a number of 5000 digits is outside the circuit's field"),
+                           ("0x" + "f" * 5000, "input x: a 20000-bit number is outside the circuit's field")]:
+        with pytest.raises(InputError) as exc:
+            checks.calculate({"grid": GRID, "x": value})
+        assert str(exc.value).startswith(message)
+    with pytest.raises(InputError, match="^input: holds a number of thousands of digits, longer than any field element$"):
+        parse_input_json('{"x": ' + "1" * 5000 + "}")
+
+
 @pytest.mark.parametrize("text, message", [
     ("[1, 2]", "input: must be a JSON object of signal name → value, not a JSON array"),
     ('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "input: arrays or objects nested more than 200 deep: not circuit inputs"),
@@ -263,6 +275,8 @@ def test_not_a_witness_generator(tmp_path):
         WitnessCalculator(empty)
     with pytest.raises(FormatError, match="cannot open"):
         WitnessCalculator(tmp_path / "absent.wasm")
+    with pytest.raises(FormatError, match=f"^{tmp_path}: cannot open: Is a directory$"):  # was "[Errno 21] ..."
+        WitnessCalculator(tmp_path)
 
 
 def test_compiled_generators_are_cached_on_disk_for_the_next_process(tmp_path):

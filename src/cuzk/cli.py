@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from .cli_args import add_arguments, arg, client_options, parse_plain, priority_option
+from .cli_args import add_arguments, arg, client_options, parse_plain, priority_option, seconds
 
 # Imports stay inside the commands: a one-shot `cuzk prove` on a local daemon pays for every module it loads, on each
 # proof (argparse, pathlib, dataclasses and typing alone cost it ~60 ms of CPU on two cores).
@@ -246,7 +246,7 @@ def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
     from .formats.r1cs import read_r1cs
     from .formats.zkey import read_zkey
     from .prover.groth16 import prove
-    from .prover.verify import prepare_zkey, verify
+    from .prover.verify import VerifyInputError, prepare_zkey, verify
 
     t0 = time.perf_counter()
     zkey = read_zkey(args.zkey)
@@ -260,11 +260,14 @@ def _prove_locally(args: argparse.Namespace, load_witness, steps: Steps) -> int:
     if args.verify:
         steps.step("verifying the proof")
         t = time.perf_counter()
-        ok = verify(prepare_zkey(zkey, single_proof=True), proof.public_signals, proof)
+        try:
+            ok, why = verify(prepare_zkey(zkey, single_proof=True), proof.public_signals, proof), "corrupted key or wrong witness?"
+        except VerifyInputError as exc:  # a proof point off its curve: only bases off theirs give one
+            ok, why = False, f"{exc}: the key {args.zkey} is corrupt"
         timings["verify"] = time.perf_counter() - t
         if not ok:
-            print("error: the proof does not verify against the key's verification data; nothing written "
-                  "(corrupted key or wrong witness?)", file=sys.stderr)
+            print(f"error: the proof does not verify against the key's verification data; nothing written ({why})",
+                  file=sys.stderr)
             return 1
     write_proof(args.proof, proof)
     write_public(args.public, proof.public_signals)
@@ -299,15 +302,24 @@ VERIFY_UNREADABLE = 2  # the files could not be read or do not fit together: not
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from .formats.json_io import read_proof, read_public, read_vkey
-    from .prover.verify import verify
+    from .prover.verify import VerifyInputError, prepare_vkey, verify
 
     try:
         vkey = read_vkey(args.vkey)
         # The curve comes from the verification key: other provers' files (rapidsnark's) name none.
-        public = read_public(args.public, curve=vkey.curve)
+        public = read_public(args.public, curve=vkey.curve, n_public=vkey.n_public)
         proof = read_proof(args.proof, curve=vkey.curve)
         t = time.perf_counter()
-        ok = verify(vkey, public, proof)
+        # What the readers leave to the verifier (a key point at infinity or outside its subgroup, a proof point outside
+        # its subgroup) is named with its file, as the readers' errors are.
+        try:
+            key = prepare_vkey(vkey)
+        except VerifyInputError as exc:
+            raise VerifyInputError(f"{args.vkey}: {exc}") from None
+        try:
+            ok = verify(key, public, proof)
+        except VerifyInputError as exc:  # the key and the signals are checked by now: a proof point
+            raise VerifyInputError(f"{args.proof}: {exc}") from None
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return VERIFY_UNREADABLE
@@ -426,7 +438,7 @@ PROVING_OPTIONS = (
     PROGRESS_OPTION,
     *client_options(daemon_help="prove on the daemon at ADDR (unix:PATH, socket path, HOST:PORT) instead of locally"),
     priority_option(help_text="with --daemon: the job's priority"),
-    arg("--timeout", type=float, help="with --daemon: seconds to wait for the proof"),
+    arg("--timeout", type=seconds, help="with --daemon: seconds to wait for the proof"),
 )
 
 # Where a plain `prove` or `fullprove` proves: this machine's daemon, which may be started for it, or this process.

@@ -106,6 +106,16 @@ def priority_option(help_text: str | None = None) -> tuple[tuple[str, ...], dict
     return arg("--priority", default="normal", choices=_priority_names, type=str.lower, help=help_text)
 
 
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (an option's type: ``--timeout``). A negative one was a wait of 1 ms."""
+    value = float(text)  # argparse answers a ValueError with "invalid seconds value: ..."
+    if not 0 < value < float("inf"):
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def client_options(daemon_help: str = "daemon address: unix:PATH, a socket path, or HOST:PORT "
                                       "(default: $CUZK_DAEMON, else the config)") -> tuple:
     """Where a client of the daemon finds it and how it proves who it is (``cuzk submit``, ``status``, ...; ``prove``)."""

@@ -15,7 +15,7 @@ import sys
 import time
 
 from .addresses import absolute_path
-from .json_text import dumps_like_snarkjs, loads
+from .json_text import dumps_like_snarkjs, loads, write_text
 
 TYPE_CHECKING = False  # typing's own constant costs its import: type checkers treat this name alike
 if TYPE_CHECKING:
@@ -95,10 +95,8 @@ class ProofResult:
 
     def write(self, proof_path: str | os.PathLike, public_path: str | os.PathLike) -> None:
         """Write proof.json and public.json as snarkjs does."""
-        with open(proof_path, "w") as f:
-            f.write(dumps_like_snarkjs(self.proof))
-        with open(public_path, "w") as f:
-            f.write(self.public_json())
+        write_text(proof_path, dumps_like_snarkjs(self.proof))
+        write_text(public_path, self.public_json())
 
     def checked(self) -> ProofResult:
         """This result, or the JobFailed / JobCancelled its state means."""

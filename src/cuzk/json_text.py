@@ -1,4 +1,5 @@
-"""JSON text as snarkjs writes it, and read back, on the standard library's C accelerator (``_json``) alone.
+"""JSON text as snarkjs writes it, and read back, on the standard library's C accelerator (``_json``) alone; and
+the writer of text output files (``write_text``), whose failure names the file.
 
 The ``json`` package imports ``re`` (and with it enum, functools, collections): ~10 ms of a one-shot ``cuzk prove``
 that a local daemon answers on two cores, a quarter of the whole call on a small circuit, for a client that only
@@ -13,6 +14,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 import _json
+import os
 
 
 def _no_constant(name: str) -> Any:
@@ -76,6 +78,10 @@ def dumps_like_snarkjs(obj: Any, _level: int = 0) -> str:
     return _leaf(obj)
 
 
+# What a JSON number longer than Python converts to an int (``sys.get_int_max_str_digits()``, 4300 by default; json
+# raises a plain ValueError for it, not a JSONDecodeError) is: field elements have at most 115 digits.
+TOO_MANY_DIGITS = "holds a number of thousands of digits, longer than any field element"
+
 MAX_NESTING = 200  # arrays and objects within each other that a document may have: far past any snarkjs file or input
 
 
@@ -92,3 +98,25 @@ def nested_too_deeply(text: str, limit: int = MAX_NESTING) -> bool:
 
     brackets = re.sub(r'"(?:[^"\\]|\\.)*"|[^\[\]{}"]+', "", text).replace('"', "")  # strings out, then all but brackets
     return max(accumulate(1 if c in "[{" else -1 for c in brackets), default=0) > limit
+
+
+class OutputError(OSError):
+    """An output file could not be written (disk full, a read-only file system, ...): the message names it in the
+    one-line form of every other file error ("PATH: cannot write: REASON"). An OSError, not a FormatError: the
+    engine counts it as its own failure, never as the request's."""
+
+    def __init__(self, path: str | os.PathLike, exc: OSError):
+        super().__init__(exc.errno, exc.strerror or str(exc), os.fspath(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: cannot write: {self.strerror}"
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write a text output file (proof.json, public.json, a verification key: the formats' writers and a daemon
+    client's); an :class:`OutputError` if it fails."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise OutputError(path, exc) from None

@@ -73,13 +73,27 @@ def g2_to_json(P: Point) -> list[list[str]]:
     return [[str(P[0][0]), str(P[0][1])], [str(P[1][0]), str(P[1][1])], ["1", "0"]]
 
 
+def decimal_int(s: str | int) -> int:
+    """A JSON number or decimal string of snarkjs's files as an int; ValueError for any other text.
+
+    Only ASCII digits (a sign is read, for the caller's range check to name it): Python's ``int`` also takes blanks
+    around them, a ``+``, ``_`` between digits and other scripts' digits, which snarkjs reads as no number, so a file
+    it rejects, or verifies as invalid, would be read here as a valid one."""
+    if isinstance(s, str) and not (s.isascii() and s.lstrip("-").isdigit() and s.count("-") <= 1):
+        raise ValueError(f"{s!r} is not a decimal integer")
+    try:
+        return int(s)
+    except ValueError:  # more digits than Python converts (4300): no field element has them
+        raise ValueError(f"a {len(s)}-digit number is not a field element") from None
+
+
 def _parse_int(s: object, p: int, what: str) -> int:
     if not isinstance(s, (str, int)) or isinstance(s, bool):
         raise ValueError(f"{what}: expected a decimal string, got {type(s).__name__}")
     try:
-        v = int(s)
-    except ValueError:
-        raise ValueError(f"{what}: {s!r} is not a decimal integer") from None
+        v = decimal_int(s)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
     if not 0 <= v < p:
         raise ValueError(f"{what}: {v} is outside the field")
     return v

@@ -406,13 +406,17 @@ class Finisher:
         return {"proof": proof_json, "public_signals": public, "timings": timings}
 
     def _verify(self, lease: KeyLease, proof: Proof) -> bool:
-        from ..prover.verify import prepare_zkey, verify
+        from ..prover.verify import VerifyInputError, prepare_zkey, verify
 
-        with self._vkey_lock:  # the prepared key is derived once per registration and kept across evictions
-            prepared = lease.extras.get("prepared_vkey")
-            if prepared is None:
-                prepared = lease.extras["prepared_vkey"] = prepare_zkey(lease.zkey)
-        return verify(prepared, proof.public_signals, proof)
+        try:
+            with self._vkey_lock:  # the prepared key is derived once per registration and kept across evictions
+                prepared = lease.extras.get("prepared_vkey")
+                if prepared is None:
+                    prepared = lease.extras["prepared_vkey"] = prepare_zkey(lease.zkey)
+            return verify(prepared, proof.public_signals, proof)
+        except VerifyInputError as exc:  # a key point outside its group, or a proof point off its curve (from such bases)
+            raise ProofRejected(f"the proof failed self-verification against the key, so it is not returned: {exc}: "
+                                f"the key {lease.zkey.path} is corrupt") from None
 
 
 def spawn(name: str, run: Callable[[], None]) -> threading.Thread:

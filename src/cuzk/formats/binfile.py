@@ -23,6 +23,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ..curves import Curve, UnknownCurveError, curve_by_q, curve_by_r
+from ..json_text import OutputError
 from .errors import FormatError
 
 FILE_HEADER = struct.Struct("<4sII")
@@ -104,8 +105,7 @@ class BinFile:
 
     # sections -----------------------------------------------------------------------
     def describe(self, stype: int) -> str:
-        name = self.section_names.get(stype)
-        return f"section {stype} ({name})" if name else f"section {stype}"
+        return section_label(stype, self.section_names)
 
     def error(self, stype: int | None, problem: str) -> FormatError:
         """A FormatError naming this file and (when given) the section."""
@@ -188,6 +188,12 @@ class BinFile:
         return struct.unpack("<I", self.read(stype, offset, 4))[0]
 
 
+def section_label(stype: int, names: Mapping[int, str]) -> str:
+    """How errors name a section: "section 3 (IC points)"."""
+    name = names.get(stype)
+    return f"section {stype} ({name})" if name else f"section {stype}"
+
+
 def n8_of(prime: int) -> int:
     """Bytes per element snarkjs uses for a prime: its bit length rounded up to 64-bit words."""
     return ((prime.bit_length() - 1) // 64 + 1) * 8
@@ -214,6 +220,11 @@ def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: I
         with open(tmp, "wb") as f:
             _write_container(f, magic, version, sections, fill_order)
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename not in (None, str(tmp)):  # another file's, read for a section's pieces
+            raise
+        raise OutputError(path, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

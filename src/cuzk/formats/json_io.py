@@ -19,8 +19,8 @@ from typing import Any
 
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
-from ..curves.serialize import g1_from_json, g1_to_json, g2_from_json, g2_to_json
-from ..json_text import MAX_NESTING, dumps_like_snarkjs, nested_too_deeply
+from ..curves.serialize import decimal_int, g1_from_json, g1_to_json, g2_from_json, g2_to_json
+from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, dumps_like_snarkjs, nested_too_deeply, write_text
 from .errors import FormatError
 
 # An Fq12 element in snarkjs's layout: [[[c000, c001], [c010, c011], [c020, c021]], [[...], [...], [...]]]
@@ -84,15 +84,15 @@ def vkey_to_json(vkey: VerificationKey) -> str:
 
 
 def write_proof(path: str | os.PathLike, proof) -> None:
-    Path(path).write_text(proof_to_json(proof))
+    write_text(path, proof_to_json(proof))
 
 
 def write_public(path: str | os.PathLike, values: Sequence[int]) -> None:
-    Path(path).write_text(public_to_json(values))
+    write_text(path, public_to_json(values))
 
 
 def write_vkey(path: str | os.PathLike, vkey: VerificationKey) -> None:
-    Path(path).write_text(vkey_to_json(vkey))
+    write_text(path, vkey_to_json(vkey))
 
 
 # reading --------------------------------------------------------------------------------
@@ -113,6 +113,8 @@ def _load(path: str | os.PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise FormatError(path, f"not valid JSON: {exc}") from None
+    except ValueError:  # a JSON number of more digits than Python converts
+        raise FormatError(path, TOO_MANY_DIGITS) from None
 
 
 def _field(obj: dict, key: str, source) -> Any:
@@ -171,9 +173,9 @@ def parse_public(obj: Any, source: str | os.PathLike | None = None, curve: Curve
         if isinstance(v, bool) or not isinstance(v, (str, int)):
             raise FormatError(source, f"entry #{i}: expected a decimal string, got {v!r}")
         try:
-            x = int(v)
-        except ValueError:
-            raise FormatError(source, f"entry #{i}: {v!r} is not a decimal integer") from None
+            x = decimal_int(v)
+        except ValueError as exc:
+            raise FormatError(source, f"entry #{i}: {exc}") from None
         if x < 0 or (curve is not None and x >= curve.r):
             field = f"{curve.name} scalar field" if curve is not None else "field (negative)"
             raise FormatError(source, f"entry #{i}: {x} is outside the {field}")

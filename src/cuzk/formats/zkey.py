@@ -41,7 +41,8 @@ from ..curves import Curve
 from ..curves.ec import Point
 from ..curves.serialize import g1_from_bytes, g1_to_bytes, g2_from_bytes, g2_to_bytes
 from ..ff.field import as_u64, field_consts, fp_scale_vec
-from .binfile import BinFile, Section, n8_of, write_binfile
+from .binfile import BinFile, Section, n8_of, section_label, write_binfile
+from .errors import FormatError
 from .limbs import CHECK_CHUNK_ROWS, first_not_below, ints_to_limbs
 
 ZKEY_VERSION = 1
@@ -162,8 +163,18 @@ class ZKey(ZKeyHeader):
         return ZKeyHeader(**{f.name: getattr(self, f.name) for f in fields(ZKeyHeader)})
 
     def ic_points(self) -> list[Point]:
-        """The IC points as reference affine points (what a verification key lists)."""
-        return [g1_from_bytes(self.curve, row.tobytes()) for row in self.ic]
+        """The IC points as reference affine points (what a verification key lists), each checked to be a point of G1:
+        the verification key's points, unlike the proving bases (checked by a proof's self-check), come from here."""
+        points, n8 = [], self.n8q
+        for i, row in enumerate(self.ic):
+            raw = row.tobytes()
+            if any(int.from_bytes(raw[k : k + n8], "little") >= self.curve.q for k in (0, n8)):
+                raise FormatError(self.path, f"IC[{i}]: a coordinate is not reduced modulo q", section_label(IC, SECTION_NAMES))
+            P = g1_from_bytes(self.curve, raw)
+            if not self.curve.G1.is_on_curve(P):
+                raise FormatError(self.path, f"IC[{i}] is not a point of {self.curve.name} G1", section_label(IC, SECTION_NAMES))
+            points.append(P)
+        return points
 
 
 KEY_BASES = (("a", "g1"), ("b1", "g1"), ("b2", "g2"), ("c", "g1"), ("h", "g1"))  # ZKey's MSM bases and their groups

@@ -32,9 +32,11 @@ from ..ff.field import as_u64
 from ..backends.cpu.msm import msm_rows
 from ..curves import Curve
 from ..curves.ec import Point
+from ..formats.binfile import section_label
+from ..formats.errors import FormatError
 from ..formats.json_io import VerificationKey
 from ..formats.limbs import ints_to_limbs
-from ..formats.zkey import ZKey
+from ..formats.zkey import GROTH16_HEADER, IC, SECTION_NAMES, ZKey
 from .pairing import PairingEngine, engine
 
 Fq12Json = list[list[list[int]]]
@@ -64,8 +66,25 @@ def alphabeta(curve: Curve, alpha1: Point, beta2: Point) -> Fq12Json:
 
 
 def vkey_from_zkey(zkey: ZKey) -> VerificationKey:
-    """The verification key snarkjs's ``zkey export verificationkey`` would write (needs the IC points)."""
-    return _vkey_from_zkey(zkey, alphabeta(zkey.curve, zkey.alpha1, zkey.beta2))
+    """The verification key snarkjs's ``zkey export verificationkey`` would write (needs the IC points), its points
+    checked as :func:`prepare_vkey` checks them: a key no verifier takes (a point at infinity or outside its
+    subgroup; the reader checks only that they are on their curves) is the zkey's FormatError, not exported."""
+    E = engine(zkey.curve)
+    try:
+        for P, group, what in ((zkey.alpha1, 1, "alpha1"), (zkey.beta2, 2, "beta2"), (zkey.gamma2, 2, "gamma2"),
+                               (zkey.delta2, 2, "delta2")):
+            _check_point(E, P, group, what, allow_infinity=False)
+    except VerifyInputError as exc:
+        raise FormatError(zkey.path, str(exc), section_label(GROTH16_HEADER, SECTION_NAMES)) from None
+    ic = zkey.ic_points()
+    try:
+        for i, P in enumerate(ic):
+            _check_point(E, P, 1, f"IC[{i}]")
+    except VerifyInputError as exc:
+        raise FormatError(zkey.path, str(exc), section_label(IC, SECTION_NAMES)) from None
+    return VerificationKey(curve=zkey.curve, n_public=zkey.n_public, alpha1=zkey.alpha1, beta2=zkey.beta2,
+                           gamma2=zkey.gamma2, delta2=zkey.delta2, ic=tuple(ic),
+                           alphabeta_12=alphabeta(zkey.curve, zkey.alpha1, zkey.beta2))
 
 
 def _vkey_from_zkey(zkey: ZKey, alphabeta_12: Fq12Json) -> VerificationKey:

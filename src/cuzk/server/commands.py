@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..cli_args import add_arguments, client_options, priority_option
+from ..cli_args import add_arguments, client_options, priority_option, seconds
 from ..engine.jobs import JobState
 from ..memory.units import format_size
 
@@ -339,7 +339,7 @@ def add_daemon_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("job_id")
     p.add_argument("proof")
     p.add_argument("public")
-    p.add_argument("--timeout", type=float, help="seconds (default: wait as long as it takes)")
+    p.add_argument("--timeout", type=seconds, help="seconds (default: wait as long as it takes)")
     _add_client_options(p)
     p.set_defaults(func=_cmd_await)
 

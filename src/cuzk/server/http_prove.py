@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -103,6 +104,7 @@ class HttpProver:
             timeout = float(query.get("timeout_s", [DEFAULT_TIMEOUT_S])[0])
             if not timeout > 0:
                 raise ValueError
+            timeout = min(timeout, threading.TIMEOUT_MAX)  # a longer wait (inf) is no bound, and overflows the wait
         except ValueError:
             return error(400, f"timeout_s must be a positive number of seconds, got {query['timeout_s'][0]!r}")
         try:

@@ -50,6 +50,19 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}"
 
 
+# Characters of an error message sent in a gRPC status: it travels in the trailers, which a client refuses past its
+# metadata limit (8 KiB soft, 16 KiB hard by default; non-ASCII percent-encoded, up to 3 bytes a character), so an error
+# quoting a request's 100 KB value reached the client as RESOURCE_EXHAUSTED "Stream removed" instead of itself.
+MAX_STATUS_MESSAGE = 2000
+
+
+def capped(message: str) -> str:
+    """``message``, cut to ``MAX_STATUS_MESSAGE`` characters where longer, saying how much was left out."""
+    if len(message) <= MAX_STATUS_MESSAGE:
+        return message
+    return f"{message[:MAX_STATUS_MESSAGE]}… ({len(message) - MAX_STATUS_MESSAGE} more characters)"
+
+
 def _rpc(method: Callable) -> Callable:
     """Answer any exception the method raises with ``status_for``'s code instead of a bare INTERNAL."""
 
@@ -60,7 +73,7 @@ def _rpc(method: Callable) -> Callable:
             code, message = status_for(exc)
             if code == grpc.StatusCode.INTERNAL:
                 log.exception("%s failed", method.__name__)
-            context.abort(code, message)
+            context.abort(code, capped(message))
 
     wrapper.__name__ = method.__name__
     wrapper.__doc__ = method.__doc__

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..json_text import MAX_NESTING, nested_too_deeply
+from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, nested_too_deeply
 
 MAX_DEPTH = 64  # nesting of arrays and buses: far beyond any circuit's, well within Python's recursion limit
 MAX_SAFE_INTEGER = 2**53 - 1  # JavaScript's Number.MAX_SAFE_INTEGER: larger JSON numbers are rounded by JSON.parse
@@ -61,6 +61,10 @@ def parse_input_json(text: str | bytes, source: str = "input", shape: str = "of 
         raise InputError(f"{source}: not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: not JSON: {exc}") from None
+    except InputError:
+        raise
+    except ValueError:  # a JSON number of more digits than Python converts
+        raise InputError(f"{source}: {TOO_MANY_DIGITS}") from None
     if not isinstance(doc, dict):
         raise InputError(f"{source}: must be a JSON object {shape}, not a {_json_kind(doc)}")
     return doc
@@ -139,7 +143,12 @@ def _field_element(place: str, leaf: Any, prime: int) -> int:
             return 0  # BigInt("") is 0n
         if not _BIGINT_TEXT.fullmatch(text):
             raise InputError(f"{where}: {leaf!r} is not an integer (decimal, or 0x/0o/0b)")
-        return _in_field(where, int(text, 0 if text[:2].lower() in ("0x", "0o", "0b") else 10), prime)
+        try:
+            value = int(text, 0 if text[:2].lower() in ("0x", "0o", "0b") else 10)
+        except ValueError:  # more digits than Python converts (4300): past any field's prime, unless they are zeros
+            raise InputError(f"{where}: a number of {len(text)} digits is outside the circuit's field (|value| must be "
+                             f"below p = {prime})") from None
+        return _in_field(where, value, prime)
     raise InputError(f"{where}: a {_json_kind(leaf)} is not a field element (a number, or a string of digits)")
 
 
@@ -147,7 +156,8 @@ def _in_field(where: str, value: int, prime: int) -> int:
     """``value`` as a field element (a negative one wraps to p − |value|), or an error where |value| ≥ p."""
     if -prime < value < prime:
         return value % prime
-    raise InputError(f"{where}: {value} is outside the circuit's field (|value| must be below p = {prime}); snarkjs "
+    shown = value if value.bit_length() <= 1024 else f"a {value.bit_length()}-bit number"  # str() refuses 4300+ digits
+    raise InputError(f"{where}: {shown} is outside the circuit's field (|value| must be below p = {prime}); snarkjs "
                      "would reduce it modulo p and prove another value than the one written")
 
 

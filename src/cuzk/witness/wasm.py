@@ -141,8 +141,8 @@ class WitnessCalculator:
         self.path = Path(path)
         try:
             self._module = wasmtime.Module.from_file(_engine(), str(self.path))
-        except FileNotFoundError as exc:
-            raise FormatError(self.path, f"cannot open: {exc.strerror}") from None
+        except OSError as exc:  # missing, a directory, unreadable
+            raise FormatError(self.path, f"cannot open: {exc.strerror or exc}") from None
         except wasmtime.WasmtimeError as exc:
             raise FormatError(self.path, f"not a WebAssembly module: {str(exc).splitlines()[0]}") from None
         imports = {(i.module, i.name) for i in self._module.imports}
