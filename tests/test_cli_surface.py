@@ -110,6 +110,27 @@ def test_output_paths_are_checked_before_anything_is_read(tmp_path, capsys):
     assert "cannot write: no such directory" in _one_error_line(capsys)
 
 
+def test_an_output_that_is_an_input_or_another_output_is_refused_before_anything_is_written(tmp_path, capsys):
+    """`cuzk prove key.zkey w.wtns key.zkey public.json` wrote the proof over the key: as root no permission stops it."""
+    key, wtns = tmp_path / "circuit.zkey", tmp_path / "witness.wtns"
+    key.write_bytes((EXAMPLE / "circuit.zkey").read_bytes())
+    wtns.write_bytes((EXAMPLE / "witness.wtns").read_bytes())
+    os.symlink(key, tmp_path / "link.zkey")
+    public = str(tmp_path / "public.json")
+    for outputs, what in [((str(key), public), f"{key}: cannot write: it is the input {key}"),
+                          ((public, str(tmp_path / "link.zkey")), f"{tmp_path / 'link.zkey'}: cannot write: it is the input {key}"),
+                          ((public, str(tmp_path / "." / "public.json")),
+                           f"{tmp_path / '.' / 'public.json'}: cannot write: it is also the output {public}")]:
+        assert cli_main(["prove", "--local", str(key), str(wtns), *outputs]) == 1
+        assert _one_error_line(capsys) == f"error: {what}\n"
+    assert key.read_bytes() == (EXAMPLE / "circuit.zkey").read_bytes() and not os.path.exists(public)
+    assert cli_main(["zkey", "export", "verificationkey", str(key), str(key)]) == 1
+    assert "cannot write: it is the input" in _one_error_line(capsys)
+    assert cli_main(["setup", str(EXAMPLE / "circuit.r1cs"), str(EXAMPLE / "circuit.r1cs")]) == 1
+    assert "cannot write: it is the input" in _one_error_line(capsys)
+    assert key.read_bytes() == (EXAMPLE / "circuit.zkey").read_bytes()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_an_output_that_cannot_be_written_is_one_line_naming_it(tmp_path, capsys):
     """A write that fails after the checks (a full disk) was "[Errno 28] No space left on device": no file named."""

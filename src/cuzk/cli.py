@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     from .client_base import ProofResult
 
 
-def check_outputs(*paths: str | os.PathLike) -> None:
-    """Refuse, before any work, output files that could not be written: one line each, as for unreadable inputs."""
+def check_outputs(*paths: str | os.PathLike, inputs: tuple[str | os.PathLike | None, ...] = ()) -> None:
+    """Refuse, before any work, output files that could not be written, or that are one of the command's ``inputs`` or
+    another of its outputs (writing would destroy the input; as root no permission stops it): one line each, as for
+    unreadable inputs."""
+    taken = [(os.fspath(p), "it is the input") for p in inputs if p is not None]
     for path in map(os.fspath, paths):
         parent = os.path.dirname(path) or "."
         if os.path.isdir(path):
@@ -29,6 +32,16 @@ def check_outputs(*paths: str | os.PathLike) -> None:
             raise ValueError(f"{path}: cannot write: no such directory {parent}")
         if not os.access(path if os.path.exists(path) else parent, os.W_OK):
             raise ValueError(f"{path}: cannot write: permission denied")
+        for other, role in taken:
+            if _same_file(path, other):
+                raise ValueError(f"{path}: cannot write: {role} {other}")
+        taken.append((path, "it is also the output"))
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.exists(a) and os.path.exists(b):
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 class Steps:
@@ -71,7 +84,8 @@ def _prove_here_or_on_daemon(args: argparse.Namespace, load_witness, witness_byt
     """``prove`` and ``fullprove``: on the daemon ``--daemon`` names, else on this machine's daemon where one runs (or
     ``--keep-daemon`` starts one), else in this process. ``witness_bytes()`` is what the daemon proves (None: the
     daemon reads the witness file ``args.wtns``); ``load_witness()`` what this process proves."""
-    check_outputs(args.proof, args.public)
+    check_outputs(args.proof, args.public,  # first: fullprove's witness is calculated later, when asked for
+                  inputs=tuple(getattr(args, name, None) for name in ("zkey", "wtns", "input", "wasm", "r1cs")))
     explicit, started = args.daemon is not None, False
     if not explicit:
         args.daemon, started = _running_local_daemon(args)
@@ -200,11 +214,9 @@ def _cmd_fullprove(args: argparse.Namespace) -> int:
     from .formats.wtns import Witness, wtns_bytes
     from .witness import WitnessCalculator, read_input_json
 
-    check_outputs(args.proof, args.public)  # before the witness's calculation
-    _use_wasm_cache()
-
     @functools.cache  # once, whether the daemon proves it or this process does after all
     def witness() -> Witness:
+        _use_wasm_cache()
         calculator = WitnessCalculator(args.wasm)
         return Witness(None, calculator.curve, calculator.calculate(read_input_json(args.input), log=print))
 
@@ -215,7 +227,7 @@ def _cmd_wtns_calculate(args: argparse.Namespace) -> int:
     from .formats.wtns import write_wtns
     from .witness import WitnessCalculator, read_input_json
 
-    check_outputs(args.wtns)
+    check_outputs(args.wtns, inputs=(args.wasm, args.input))
     _use_wasm_cache()
     calculator = WitnessCalculator(args.wasm)
     write_wtns(args.wtns, calculator.curve, calculator.calculate(read_input_json(args.input), log=print))
@@ -334,7 +346,7 @@ def _cmd_export_vkey(args: argparse.Namespace) -> int:
     from .formats.zkey import read_zkey
     from .prover.verify import vkey_from_zkey
 
-    check_outputs(args.vkey)
+    check_outputs(args.vkey, inputs=(args.zkey,))
     write_vkey(args.vkey, vkey_from_zkey(read_zkey(args.zkey)))
     return 0
 
@@ -348,7 +360,7 @@ def _cmd_setup(args: argparse.Namespace) -> int:
         raise ValueError(f"the ptau is given twice: {args.paths[0]} and --ptau {args.ptau}")
     ptau, zkey_path = (args.paths if len(args.paths) == 2 else (args.ptau, args.paths[0]))
     vkey_path = Path(args.vkey) if args.vkey else Path(zkey_path).with_name("verification_key.json")
-    check_outputs(zkey_path, vkey_path)
+    check_outputs(zkey_path, vkey_path, inputs=(args.r1cs, ptau))
     with Steps(args.progress) as steps:
         steps.step("setup: reading the circuit" + (" and the powers of tau" if ptau else ""))
         return _setup(args, ptau, zkey_path, vkey_path, steps)
