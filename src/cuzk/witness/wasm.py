@@ -159,9 +159,8 @@ class WitnessCalculator:
         self.prime = int.from_bytes(run.shared(self.n32), "little")
         try:
             self.curve: Curve = curve_by_r(self.prime)
-        except UnknownCurveError:
-            raise FormatError(self.path, f"the circuit's prime {self.prime} is the scalar field of no supported curve "
-                                         "(compile with circom --prime bn128 or bls12381)") from None
+        except UnknownCurveError as exc:
+            raise FormatError(self.path, f"the witness generator's {exc}") from None
         if self.n32 != self.curve.Fr.limbs32:
             raise FormatError(self.path, f"{self.n32} words per field element, but {self.curve.name}'s take {self.curve.Fr.limbs32}")
         self.witness_size = run.call("getWitnessSize")
