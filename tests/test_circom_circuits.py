@@ -8,8 +8,9 @@ constraint uses, only linear constraints (and --O2 substituting a private input 
 checked by ===, circom asserts, circomlib's gadgets, circom 2.2 buses, the BLS12-381 prime; 2-D and 3-D inputs written
 flattened, in hex and negative; circom 2.1 tags and anonymous components; exactly one constraint; rows landing exactly on
 a power of two and one above it; --O2 leaving no constraint and no private wire. Marked slow (`-m slow`): an
-EdDSA-Poseidon signature check, Baby Jubjub and the rest of circomlib's gadgets, a domain of exactly 2^16, --O0. circom's
-other primes (goldilocks, pallas, ...) are refused, naming the prime, by every command that meets one.
+EdDSA-Poseidon signature check, Baby Jubjub and the rest of circomlib's gadgets, a domain of exactly 2^16, 2^15 input
+values, --O0. circom's other primes (goldilocks, pallas, ...) are refused, naming the prime, by every command that
+meets one.
 
 Where circom2 is missing (the GPU machine has no node), $CUZK_CIRCOM_BUILD names a folder this module filled where it
 is installed (run it there with the variable set, and with -m slow for the slow cases too: a case is compiled at its
@@ -122,13 +123,14 @@ CASES = {
                     bad={"sel beyond 4 bits": ({"s": 5, "m": [1, 2, 3, 4], "sel": 16},
                                                "the circuit rejects the input: assert failed: Error in template Num2Bits")}),
     "domain_2e16": Case(SOURCES / "domain_2e16.circom", {"x": 2, "w": 3}, _chain(65533, 2, 3), slow=True),
+    "many_inputs": Case(SOURCES / "many_inputs.circom", {"x": [str(i * 7919 % 1000003 + 1) for i in range(1 << 15)]}, None, slow=True),
 }
 FAST = [name for name, case in CASES.items() if not case.slow]
 
 
-def _cases(names=CASES) -> list:
-    """Parameters for ``names``, the slow cases marked slow."""
-    return [pytest.param(name, marks=pytest.mark.slow) if CASES[name].slow else name for name in names]
+def _cases() -> list:
+    """Every case's name as a parameter, the slow ones marked slow."""
+    return [pytest.param(name, marks=pytest.mark.slow) if case.slow else name for name, case in CASES.items()]
 
 
 def _build_dir(tmp_path_factory) -> Path:
