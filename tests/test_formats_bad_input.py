@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cuzk.curves import BLS12_381, BN254
+from cuzk.curves import BLS12_381, BN254, CIRCOM_OTHER_PRIMES
 from cuzk.formats.errors import FormatError
 from cuzk.formats.binfile import BinFile
 from cuzk.formats.json_io import read_proof, read_public, read_vkey
@@ -167,6 +167,15 @@ def test_unknown_primes_are_named(good_files, tmp_path):
         err = read_bad(tmp_path, kind, patched(data, r_at, NOT_A_PRIME_OF_OURS.to_bytes(32, "little")), "scalar field prime .* matches no supported curve")
         assert f"{NOT_A_PRIME_OF_OURS:#x}" in str(err)
 
+
+@pytest.mark.parametrize("prime, name", sorted(CIRCOM_OTHER_PRIMES.items(), key=lambda kv: kv[1]))
+def test_circoms_other_primes_are_named(good_files, tmp_path, prime, name):
+    """A witness or circuit of circom's --prime goldilocks (grumpkin, pallas, ...) is refused naming that --prime, which
+    the user chose, not only its number. (goldilocks's elements take 8 bytes: the refusal comes before any size check.)"""
+    for kind in ("wtns", "r1cs"):
+        data = good_files["bn128"][kind]
+        r_at = section_offsets(data, tmp_path, kind)[1][0] + 4
+        read_bad(tmp_path, kind, patched(data, r_at, prime.to_bytes(32, "little")), f"is circom's --prime {name}: cuzk proves")
 
 def test_zkey_scalar_prime_of_another_curve(good_files, tmp_path):
     zkey = good_files["bn128"]["zkey"]
