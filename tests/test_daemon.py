@@ -580,8 +580,10 @@ def test_witness_paths_on_the_unix_socket_and_bytes_over_tcp(daemon, client, cir
     with pytest.raises(DaemonError, match="more than a witness of this circuit") as info:
         raw_submit(client, str(medium.witness))  # another circuit's larger witness: sized before any copy
     assert info.value.code == "INVALID_ARGUMENT"
-    with pytest.raises(FileNotFoundError, match="no witness file"):  # checked here before anything is sent
+    with pytest.raises(FileNotFoundError, match="none.wtns: cannot open: No such file"):  # checked before anything is sent
         client.submit(toy.name, tmp_path / "none.wtns")
+    with pytest.raises(FileNotFoundError, match=f"^{tmp_path}: cannot open: it is a directory$"):
+        client.submit(toy.name, tmp_path)
 
     # TCP never takes a path (a remote client's path names nothing here): refused, and the client resends the bytes.
     with Client(daemon.tcp, token=TOKEN) as remote:

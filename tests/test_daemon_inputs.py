@@ -105,6 +105,39 @@ def post(daemon: DaemonProcess, key: str, body: bytes, *, token: str | None = TO
         conn.close()
 
 
+def test_http_methods_and_a_silent_client(monkeypatch):
+    """Methods the endpoints do not take get a 405 in the endpoints' JSON form (http.server's own answer was an HTML
+    501 page), HEAD answers as GET without a body, and a client that announces a body and sends nothing is dropped
+    after the read timeout rather than holding its thread for ever."""
+    import socket
+
+    from cuzk.server import http as http_server
+
+    monkeypatch.setattr(http_server, "READ_TIMEOUT_S", 0.5)
+    prover = HttpProver(None, TOKEN, 1000)  # the refusals and the body's read come before the engine is asked
+    server = http_server.StatusHttpServer("127.0.0.1:0", lambda: "", lambda: {}, lambda: "serving", prover).start()
+    try:
+        host, port = server.address.rsplit(":", 1)
+        for method, path, allowed in [("PUT", "/v1/prove/k", "POST"), ("DELETE", "/status", "GET"), ("PATCH", "/", "GET")]:
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request(method, path, body=b"x")
+            resp = conn.getresponse()
+            assert (resp.status, resp.getheader("Allow")) == (405, allowed)
+            assert json.loads(resp.read()) == {"error": f"method {method} not allowed here: {allowed} {path}"}
+            conn.close()
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("HEAD", "/healthz")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("Content-Length") == "8" and resp.read() == b""
+        conn.close()
+        sock = socket.create_connection((host, int(port)), timeout=30)
+        sock.sendall(f"POST /v1/prove/k HTTP/1.1\r\nContent-Length: 100\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+        assert sock.recv(1) == b""  # the server closed it (a read of 0 bytes), before this test's own 30 s timeout
+        sock.close()
+    finally:
+        server.stop()
+
+
 def test_http_input_proof_is_snarkjs_layout_and_verifies(daemon, checks_key, tmp_path):
     status, body, headers = post(daemon, "checks", json.dumps({"input": GOOD}).encode())
     assert status == 200, body

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import filecmp
 import json
+import os
 import shutil
+import stat
 import subprocess
+import threading
 from dataclasses import fields
 from pathlib import Path
 
@@ -251,6 +254,27 @@ def test_write_binfile_leaves_no_file_when_a_piece_fails(tmp_path):
     with pytest.raises(RuntimeError):
         write_binfile(path, "wtns", 2, [(1, failing())])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_write_binfile_writes_through_links_and_into_pipes(tmp_path):
+    """A pipe or device (`wtns calculate ... /dev/stdout`) is written, not replaced by a renamed file (as root that
+    would have put a regular file in place of /dev/stdout's target), and a symlink keeps pointing at the new file."""
+    expected = tmp_path / "expected.bin"
+    write_binfile(expected, "wtns", 2, [(1, [b"12345678"]), (2, [b"abcd"])])
+    link, target = tmp_path / "link.bin", tmp_path / "target.bin"
+    target.write_bytes(b"old")
+    link.symlink_to(target)
+    write_binfile(link, "wtns", 2, [(1, [b"12345678"]), (2, [b"abcd"])])
+    assert link.is_symlink() and target.read_bytes() == expected.read_bytes()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    read: list[bytes] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_bytes()))
+    reader.start()
+    write_binfile(fifo, "wtns", 2, [(1, [b"12345678"]), (2, [b"abcd"])])
+    reader.join()
+    assert read == [expected.read_bytes()] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not list(tmp_path.glob(".*.tmp"))
 
 
 def test_write_binfile_fills_sections_in_another_order(tmp_path):

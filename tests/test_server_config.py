@@ -90,6 +90,18 @@ def test_bad_values_name_the_setting_and_the_file(tmp_path, text, message):
     assert str(toml) in str(info.value)
 
 
+@pytest.mark.parametrize("text, message", [
+    ('[keys]\nsha = "/k.zkey"\n[engine.wasm]\nsah = "/k.wasm"\n', r"^\[engine.wasm\] 'sah': no key of that name in \[keys\]$"),
+    ('[engine.r1cs]\nsha = "/k.r1cs"\n', r"^\[engine.r1cs\] 'sha': no key of that name in \[keys\]$"),
+])
+def test_files_of_a_key_that_is_not_configured_are_refused(tmp_path, text, message):
+    """An [engine.wasm] or [engine.r1cs] entry whose name is no configured key (a typo) was silently unused."""
+    with pytest.raises(ConfigError, match=message):
+        load_config(write(tmp_path / "c.toml", text), env={})
+    both = '[engine.keys]\nsha = "/k.zkey"\n[engine.wasm]\nsha = "/k.wasm"\n'  # keys may sit in [engine.keys] too
+    assert load_config(write(tmp_path / "ok.toml", both), env={}).engine["wasm"] == {"sha": "/k.wasm"}
+
+
 def test_socket_path_too_long_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="longer than 107 bytes"):
         load_config(overrides={"data_dir": str(tmp_path / ("d" * 120))}, env={})

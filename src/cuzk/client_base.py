@@ -191,11 +191,11 @@ class ClientBase:
         path = absolute_path(witness)
         try:
             st = os.stat(path)  # the daemon proves this very file, or refuses (another file at the path on its side)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
-            raise FileNotFoundError(f"no witness file {path}")
-        if self.sends_witness_paths:
+        except OSError as exc:
+            raise FileNotFoundError(f"{path}: cannot open: {exc.strerror}") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise FileNotFoundError(f"{path}: cannot open: it is a directory")
+        if self.sends_witness_paths and stat.S_ISREG(st.st_mode):  # a pipe's bytes are read here and sent
             try:
                 return send({"witness_path": path,
                              "witness_identity": (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)})

@@ -126,6 +126,11 @@ class DaemonConfig:
         for name, path in self.keys.items():
             if not isinstance(path, str) or not path:
                 raise ConfigError(f"[keys] {name!r}: expected a .zkey path string, got {path!r}")
+        keys = {**(self.engine.get("keys") or {}), **self.keys}
+        for table in ("r1cs", "wasm"):  # files of keys configured here: another name's entry would be silently unused
+            strays = sorted(set(self.engine.get(table) or {}) - set(keys))
+            if strays:
+                raise ConfigError(f"[engine.{table}] {', '.join(map(repr, strays))}: no key of that name in [keys]")
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import io
 import mmap
 import os
+import shutil
 import struct
+import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -214,15 +216,21 @@ def write_binfile(path: str | os.PathLike, magic: str, version: int, sections: I
     than the file's, each written in its place: every section but the file's last then
     comes as (type, pieces, size), so that the layout is known before the first piece.
     """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    path = Path(os.path.realpath(path))  # through a symlink: the link stays, its file is replaced
+    in_place = path.exists() and not path.is_file()  # /dev/stdout, a pipe: never replaced by a file
+    tmp = (Path(tempfile.gettempdir()) if in_place else path.parent) / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "wb") as f:  # seekable: section sizes are patched in
             _write_container(f, magic, version, sections, fill_order)
-        os.replace(tmp, path)
+        if in_place:
+            with open(tmp, "rb") as src, open(path, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            tmp.unlink()
+        else:
+            os.replace(tmp, path)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
-        if exc.filename not in (None, str(tmp)):  # another file's, read for a section's pieces
+        if exc.filename not in (None, str(tmp), str(path)):  # another file's, read for a section's pieces
             raise
         raise OutputError(path, exc) from None
     except BaseException:

@@ -33,6 +33,11 @@ from .http_prove import PROVE_PREFIX, Answer, HttpProver, error
 log = logging.getLogger("cuzk.http")
 
 
+# A connection silent this long while a request is read (or its answer written) is dropped: a client that announces a
+# body and sends nothing must not hold a thread for ever. Waiting for the proof is no socket operation: not bounded here.
+READ_TIMEOUT_S = 60.0
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -67,6 +72,8 @@ class StatusHttpServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = READ_TIMEOUT_S
+
             def do_GET(self):  # noqa: N802 (http.server's naming)
                 path = self.path.split("?", 1)[0]
                 try:
@@ -102,6 +109,19 @@ class StatusHttpServer:
                 self._answer(outer.prover.prove(unquote(url.path[len(PROVE_PREFIX):]), self.headers.get("Content-Type", ""),
                                                 body, parse_qs(url.query)))
 
+            def _not_allowed(self) -> None:
+                """Other methods get the endpoints' JSON error form (http.server's own answer is an HTML 501 page)."""
+                allowed = "POST" if self.path.startswith(PROVE_PREFIX) else "GET"
+                self.close_connection = True  # a body it may carry stays unread
+                answer = error(405, f"method {self.command} not allowed here: {allowed} {self.path.split('?', 1)[0]}")
+                self._answer(Answer(answer.status, answer.body, headers=(("Allow", allowed),)))
+
+            do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+            def do_HEAD(self):  # noqa: N802 — a probe's HEAD /healthz: GET's status and headers, no body
+                self._head = True
+                self.do_GET() if not self.path.startswith(PROVE_PREFIX) else self._not_allowed()
+
             def _answer(self, answer: Answer) -> None:
                 self._send(answer.status, answer.content_type, answer.body, answer.headers)
 
@@ -112,7 +132,8 @@ class StatusHttpServer:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if not getattr(self, "_head", False):
+                    self.wfile.write(body)
 
             def address_string(self) -> str:
                 return self.client_address[0] if self.client_address else "local"  # a unix peer has no address
