@@ -10,8 +10,14 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from cuzk.jit_cache import CACHE_ENV, cache_dir
+
+# No per-example deadline: it is a timed assertion, and an example's first call may compile or load a numba kernel
+# (hundreds of ms on a busy 2-core machine), which hypothesis then reports as a flaky failure.
+settings.register_profile("cuzk", deadline=None)
+settings.load_profile("cuzk")
 
 REPO = Path(__file__).resolve().parents[1]
 # One numba cache for this checkout's tests and every daemon they start (children inherit the variable), the one
