@@ -228,6 +228,31 @@ def test_http_prover_answers_507_for_a_key_that_can_never_fit_and_503_once_stopp
     assert prover.prove("checks", "application/json", body, {}).status == 503
 
 
+def test_the_parsed_input_is_counted_in_the_budget_before_the_text_is_parsed(checks_key, tmp_path):
+    """A JSON body is parsed into Python objects up to ~12 times its size: at max_request (256 MiB) gigabytes the
+    budget never saw, on a machine whose limit it was sized to. Its parse is reserved first: a body that could never
+    fit is a 507 (gRPC's input_json likewise JobTooLarge), one that fits is proved as before."""
+    from cuzk.engine.witnesses import PARSED_BYTES_PER_TEXT_BYTE
+
+    calculator = WitnessCalculator(CHECKS_WASM)
+    headroom = 8 << 20  # above the proof's own working memory (~3 MiB), so the key fits and the small input proves
+    engine = Engine(EngineConfig(data_dir=tmp_path / "data", backend="cpu", reconcile=False, key_tier="warm"),
+                    budget=MemoryBudget(calculator.calculation_bytes + headroom))
+    engine.register_key("checks", checks_key[0], wasm_path=CHECKS_WASM)
+    prover = HttpProver(engine, TOKEN, 1 << 24)
+    small = json.dumps({"input": GOOD}).encode()
+    large = small + b" " * (headroom // PARSED_BYTES_PER_TEXT_BYTE + 1)  # still valid JSON
+    try:
+        answer = prover.prove("checks", "application/json", large, {"timeout_s": ["0.001"]})
+        assert answer.status == 507 and f"from {len(large)} bytes of input".encode() in answer.body, answer.body
+        with pytest.raises(JobTooLarge, match=f"from {len(large) - 1} bytes of input"):
+            engine.submit_input("checks", large.decode()[1:])  # gRPC's input_json: text, parsed in the engine
+        assert prover.prove("checks", "application/json", small, {"timeout_s": ["0.001"]}).status in (200, 504)
+        assert engine.budget.snapshot()["by_category"]["transient"]["bytes"] == 0
+    finally:
+        engine.stop()
+
+
 def test_a_wasm_of_another_circuit_is_refused_at_registration(checks_key, tmp_path):
     from conftest import corpus_dir
 

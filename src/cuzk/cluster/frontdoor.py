@@ -46,7 +46,7 @@ from ..engine.journal import DataDirLock, Journal
 from ..engine.scheduler import Scheduler, SchedulerClosed
 from ..engine.tracker import REQUEST_ERRORS, JobTracker, LiveJob, TrackedJobs
 from ..engine.witnesses import WitnessCalculators
-from ..memory.budget import MemoryBudget
+from ..memory.budget import MemoryBudget, Reservation
 from ..memory.limits import read_limits
 from ..memory.plan import plan_budget
 from ..prover.sizing import WorkingSet
@@ -236,10 +236,11 @@ class ClusterEngine(TrackedJobs):
         self.keys.header(circuit)
 
     def submit_input(self, circuit: str, input_json, priority: Priority | int | str = Priority.NORMAL,
-                     request_id: str | None = None) -> str:
-        """:meth:`submit` the witness calculated here from ``circuit``'s input (keys registered with their .wasm)."""
+                     request_id: str | None = None, reservation: Reservation | None = None) -> str:
+        """:meth:`submit` the witness calculated here from ``circuit``'s input (keys registered with their .wasm;
+        ``reservation`` as the engine's)."""
         self.check_fits(circuit)
-        return self.submit(circuit, self.witnesses.wtns(circuit, input_json), priority, request_id)
+        return self.submit(circuit, self.witnesses.wtns(circuit, input_json, reservation), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         if self.tracker.get(job.id) is None:

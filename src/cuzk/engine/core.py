@@ -92,7 +92,7 @@ from typing import Any
 from ..backends.base import is_device_backend
 from ..keys.host import KeyTier, footprint
 from ..keys.manager import KeyManager
-from ..memory.budget import MemoryBudget
+from ..memory.budget import MemoryBudget, Reservation
 from ..memory.limits import read_limits, read_rss_bytes
 from ..memory.pinned import PageAlignedAllocator, PinnedPool
 from ..memory.plan import plan_budget
@@ -418,12 +418,14 @@ class Engine(TrackedJobs):
         self.admission.check_fits(circuit)
 
     def submit_input(self, circuit: str, input_json: str | bytes | Mapping[str, Any],
-                     priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None) -> str:
-        """:meth:`submit` the witness ``witnesses`` calculates from ``circuit``'s input (input.json text or object)."""
+                     priority: Priority | int | str = Priority.NORMAL, request_id: str | None = None,
+                     reservation: Reservation | None = None) -> str:
+        """:meth:`submit` the witness ``witnesses`` calculates from ``circuit``'s input (input.json text or object;
+        ``reservation``: ``witnesses.reserve``'s, taken by a caller that parsed the input itself)."""
         if self._stopping:
             raise EngineStopped("the engine is stopping; submit to the next one")
         self.keys.header(circuit)  # UnknownKeyError for a circuit nobody registered
-        return self.submit(circuit, self.witnesses.wtns(circuit, input_json), priority, request_id)
+        return self.submit(circuit, self.witnesses.wtns(circuit, input_json, reservation), priority, request_id)
 
     def _enqueue(self, job: LiveJob) -> None:
         self.tracker.add(job)

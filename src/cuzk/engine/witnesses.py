@@ -3,13 +3,14 @@
 One owner for the keys' compiled witness generators and the threads that run them, so a
 calculation (seconds, for a big circuit) never holds the caller's intake thread longer than
 the calculation itself and never runs more than ``witness_workers`` at once. Each one holds a
-transient reservation in the host budget for its instance's memory and the witness while it
-runs; one that could never fit is ``JobTooLarge``. The circuit's ``log()`` lines go to the daemon's
+transient reservation in the host budget for the parsed input, its instance's memory and the
+witness while it runs; one that could never fit is ``JobTooLarge``. The circuit's ``log()`` lines go to the daemon's
 log at DEBUG (``log_level = "debug"``): a circuit that logs in a loop would otherwise fill it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -19,13 +20,17 @@ from typing import Any
 
 from ..formats.wtns import wtns_bytes
 from ..formats.zkey import read_zkey_header
-from ..memory.budget import BudgetExceededError, MemoryBudget
+from ..memory.budget import BudgetExceededError, MemoryBudget, Reservation
 from ..witness import WitnessCalculator, parse_input_json
 from .admission import JobTooLarge
 from .jobs import JobError
 from .tracker import EngineStopped
 
 log = logging.getLogger("cuzk.witness")
+
+# Host bytes json.loads makes of one byte of input text, at worst: `"10",` (5 bytes) becomes a 51-byte str and an 8-byte
+# list slot; numbers and long strings take less (a 77-digit decimal string: ~1.7).
+PARSED_BYTES_PER_TEXT_BYTE = 12
 
 
 class WitnessCalculators:
@@ -49,19 +54,30 @@ class WitnessCalculators:
         else:
             self._by_key[name] = calculator
 
-    def wtns(self, name: str, input_json: str | bytes | Mapping[str, Any]) -> bytes:
-        """The .wtns bytes of key ``name``'s circuit for this input (text or parsed); ``InputError`` names what is wrong."""
+    def reserve(self, name: str, text_bytes: int) -> Reservation:
+        """The host memory of one calculation for key ``name`` from ``text_bytes`` of input JSON: the parsed document
+        (``PARSED_BYTES_PER_TEXT_BYTE`` each: a request body of max_request bytes would otherwise take gigabytes the
+        budget never saw) and, for a key registered with its .wasm, the instance and the witness. Waits for room;
+        ``JobTooLarge`` when it could never fit."""
+        calculator = self._by_key.get(name)
+        nbytes = PARSED_BYTES_PER_TEXT_BYTE * text_bytes + (calculator.calculation_bytes if calculator else 0)
+        try:
+            return self._budget.acquire(nbytes, "transient", label=f"witness ({name})")
+        except BudgetExceededError as exc:
+            raise JobTooLarge(f"calculating a witness of {name!r} from {text_bytes} bytes of input: {exc}; it can never "
+                              "run here") from None
+
+    def wtns(self, name: str, input_json: str | bytes | Mapping[str, Any], reservation: Reservation | None = None) -> bytes:
+        """The .wtns bytes of key ``name``'s circuit for this input (text or parsed); ``InputError`` names what is wrong.
+        ``reservation``: the caller's :meth:`reserve`, held while it parsed the input (else one is taken here)."""
         calculator = self._by_key.get(name)
         if calculator is None:
             raise JobError(f"key {name!r} has no witness generator: send a witness, or register the circuit's .wasm "
                            "with the key ([engine.wasm] in the daemon's config)")
-        doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
         circuit_log = (lambda line: log.debug("%s: %s", name, line)) if log.isEnabledFor(logging.DEBUG) else None
-        try:
-            reservation = self._budget.acquire(calculator.calculation_bytes, "transient", label=f"witness ({name})")
-        except BudgetExceededError as exc:
-            raise JobTooLarge(f"calculating a witness of {name!r}: {exc}; it can never run here") from None
-        with reservation:
+        text_bytes = 0 if isinstance(input_json, Mapping) else len(input_json)
+        with contextlib.nullcontext() if reservation is not None else self.reserve(name, text_bytes):
+            doc = input_json if isinstance(input_json, Mapping) else parse_input_json(input_json)
             try:
                 pending = self._pool.submit(lambda: wtns_bytes(calculator.curve, calculator.calculate(doc, log=circuit_log)))
             except RuntimeError:  # closed since the caller looked

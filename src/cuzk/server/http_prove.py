@@ -42,6 +42,7 @@ from ..engine.jobs import JobError, JobRecord, JobState, UnknownJobError
 from ..engine.tracker import REQUEST_ERRORS
 from ..json_text import dumps_like_snarkjs
 from ..keys.errors import UnknownKeyError
+from ..memory.budget import Reservation
 from ..witness import parse_input_json
 from .auth import bearer_matches
 from .local_paths import KeyPaths, submit_witness_path
@@ -115,7 +116,10 @@ class HttpProver:
                 options = {name: query[name][0] for name in ("priority", "request_id") if name in query}
                 job_id = self.engine.submit(key, body, options.get("priority", "normal"), options.get("request_id"))
             else:
-                job_id = self._submit_json(key, _json_request(body, REQUEST_FIELDS + (LOCAL_FIELDS if self.local else ())))
+                # Held from the parse to the witness: the parsed body is the request's largest host memory
+                with self.engine.witnesses.reserve(key, len(body)) as reservation:
+                    request = _json_request(body, REQUEST_FIELDS + (LOCAL_FIELDS if self.local else ()))
+                    job_id = self._submit_json(key, request, reservation)
             record = self.engine.await_result(job_id, timeout)
         except Exception as exc:  # noqa: BLE001 — each kind is answered with its status; the daemon keeps serving
             return answer_for(exc)
@@ -124,13 +128,13 @@ class HttpProver:
         answer_s = max(0.0, time.time() - max(record.finished_at or started_at, started_at))
         return _answer_for_record(record, answer_s, started)
 
-    def _submit_json(self, key: str, request: dict[str, Any]) -> str:
+    def _submit_json(self, key: str, request: dict[str, Any], reservation: Reservation) -> str:
         priority, request_id = request.get("priority", "normal"), request.get("request_id")
         if "witness_path" not in request:
             if not isinstance(request.get("input"), dict):
                 raise JobError('request body: expected {"input": {<signal>: <value>, ...}} (or the .wtns file as '
                                "application/octet-stream)")
-            return self.engine.submit_input(key, request["input"], priority, request_id)
+            return self.engine.submit_input(key, request["input"], priority, request_id, reservation)
         identity = request.get("witness_identity")
         try:
             identity = None if identity is None else FileIdentity(**{f: int(identity[f]) for f in FileIdentity._fields})
