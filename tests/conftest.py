@@ -19,6 +19,19 @@ from cuzk.jit_cache import CACHE_ENV, cache_dir
 settings.register_profile("cuzk", deadline=None)
 settings.load_profile("cuzk")
 
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: CUDA is looked for only when a selected test needs it
+def pytest_collection_modifyitems(config, items):
+    """A gpu test selected on a machine without CuPy and a CUDA device (`-m slow` picks the slow cases of a gpu test
+    too) skips, rather than failing on the missing device."""
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu_items:
+        from cuzk.backends import cuda_available
+
+        if not cuda_available():
+            for item in gpu_items:
+                item.add_marker(pytest.mark.skip(reason="needs CuPy and a CUDA device"))
+
 REPO = Path(__file__).resolve().parents[1]
 # One numba cache for this checkout's tests and every daemon they start (children inherit the variable), the one
 # scripts/test.sh warms: a test daemon's data directory is new, and its own cache there would compile cold each time.
