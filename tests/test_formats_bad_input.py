@@ -319,7 +319,7 @@ def test_good_json_documents_parse(tmp_path):
         ({k: v for k, v in PROOF.items() if k != "pi_b"}, "pi_b: missing"),
         ({**PROOF, "pi_a": ["1", "3", "1"]}, "pi_a: not on bn128 G1"),
         ({**PROOF, "pi_a": [str(BN254.q + 1), "2", "1"]}, "pi_a: .* outside the field"),
-        ({**PROOF, "pi_c": ["x", "2", "1"]}, "pi_c: 'x' is not a decimal integer"),
+        ({**PROOF, "pi_c": ["x", "2", "1"]}, r"pi_c: 'x' is not a decimal \(or 0x hex\) integer"),
         ({**PROOF, "pi_b": G1_JSON}, r"pi_b: expected \[\[x0, x1\]"),
         ({k: v for k, v in PROOF.items() if k != "curve"}, "no \"curve\" key"),
     ],
@@ -344,12 +344,20 @@ def test_bad_vkey_json(tmp_path, doc, match):
     _json_bad(tmp_path, read_vkey, doc, match)
 
 
-@pytest.mark.parametrize("text", [" 5", "5 ", "+5", "5_0", "\u0665", "0x5", "", "-"])
+@pytest.mark.parametrize("text", [" 5", "5 ", "+5", "5_0", "\u0665", "0X5", "0x", "0x5g", " 0x5", "", "-"])
 def test_only_ascii_digits_are_decimal(tmp_path, text):
     """Python's int() also reads blanks, a '+', '_' between digits and other scripts' digits, where snarkjs reads no
     number (" 502" and "+502": Invalid proof; "5_0_2": an error): such a file was verified here as valid."""
-    _json_bad(tmp_path, read_public, ["1", text], rf"entry #1: {text!r} is not a decimal integer".replace("+", r"\+"))
-    _json_bad(tmp_path, read_proof, {**PROOF, "pi_a": [text, "2", "1"]}, "pi_a: .* is not a decimal integer")
+    _json_bad(tmp_path, read_public, ["1", text], rf"entry #1: {text!r} is not a decimal \(or 0x hex\) integer".replace("+", r"\+"))
+    _json_bad(tmp_path, read_proof, {**PROOF, "pi_a": [text, "2", "1"]}, r"pi_a: .* is not a decimal \(or 0x hex\) integer")
+
+
+def test_hex_numbers_are_read_as_snarkjs_reads_them(tmp_path):
+    """snarkjs's unstringifyBigInts reads "0x" and hex digits as a number (its verifier says OK to such a public.json
+    or proof.json; "0X5" is no number to it): they were refused here as "not a decimal integer"."""
+    path = tmp_path / "public.json"
+    path.write_text(json.dumps(["0x1f", "0xABcd", "31"]))
+    assert read_public(path) == [31, 0xABCD, 31]
 
 
 def test_numbers_too_long_for_python_are_named(tmp_path):

@@ -279,6 +279,18 @@ def test_cli_verify_takes_other_provers_layout_and_keeps_unreadable_apart_from_i
     truncated.write_text(proof.read_text()[:40])
     assert cli_main(["verify", str(vkey), str(public), str(truncated)]) == 2
     assert cli_main(["verify", str(vkey), str(public), str(tmp_path / "missing.json")]) == 2
+    # A verification key without vk_alphabeta_12 (snarkjs's verifier never reads it, and says OK): verified as well
+    bare = tmp_path / "bare_vkey.json"
+    bare.write_text(json.dumps({k: v for k, v in json.loads(vkey.read_text()).items() if k != "vk_alphabeta_12"}))
+    assert snarkjs_verify(bare, public, proof)
+    assert cli_main(["verify", str(bare), str(public), str(proof)]) == 0
+    assert cli_main(["verify", str(bare), str(public), str(tampered)]) == 1
+    # Numbers as "0x" hex strings, which snarkjs's unstringifyBigInts reads too
+    hex_public, hex_proof = tmp_path / "hex_public.json", tmp_path / "hex_proof.json"
+    hex_public.write_text(json.dumps([hex(int(v)) for v in json.loads(public.read_text())]))
+    hex_proof.write_text(json.dumps({**layout, "pi_a": [hex(int(v)) for v in layout["pi_a"]]}))
+    assert snarkjs_verify(vkey, hex_public, hex_proof)
+    assert cli_main(["verify", str(vkey), str(hex_public), str(hex_proof)]) == 0
 
 
 def test_cli_verify_names_the_file_of_what_only_the_verifier_checks(tmp_path, capsys):

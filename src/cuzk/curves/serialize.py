@@ -73,14 +73,18 @@ def g2_to_json(P: Point) -> list[list[str]]:
     return [[str(P[0][0]), str(P[0][1])], [str(P[1][0]), str(P[1][1])], ["1", "0"]]
 
 
-def decimal_int(s: str | int) -> int:
-    """A JSON number or decimal string of snarkjs's files as an int; ValueError for any other text.
+def snarkjs_int(s: str | int) -> int:
+    """A number of snarkjs's JSON files as an int, read as its ``unstringifyBigInts`` reads them: a JSON number, a
+    string of decimal digits or one of ``0x`` and hex digits; ValueError for any other text.
 
     Only ASCII digits (a sign is read, for the caller's range check to name it): Python's ``int`` also takes blanks
     around them, a ``+``, ``_`` between digits and other scripts' digits, which snarkjs reads as no number, so a file
-    it rejects, or verifies as invalid, would be read here as a valid one."""
-    if isinstance(s, str) and not (s.isascii() and s.lstrip("-").isdigit() and s.count("-") <= 1):
-        raise ValueError(f"{s!r} is not a decimal integer")
+    it rejects, or verifies as invalid, would be read here as a valid one. ``0X`` is no hex prefix to snarkjs."""
+    if isinstance(s, str):
+        if s.startswith("0x") and len(s) > 2 and s.isascii() and all(c in "0123456789abcdefABCDEF" for c in s[2:]):
+            return int(s, 16)
+        if not (s.isascii() and s.lstrip("-").isdigit() and s.count("-") <= 1):
+            raise ValueError(f"{s!r} is not a decimal (or 0x hex) integer")
     try:
         return int(s)
     except ValueError:  # more digits than Python converts (4300): no field element has them
@@ -91,7 +95,7 @@ def _parse_int(s: object, p: int, what: str) -> int:
     if not isinstance(s, (str, int)) or isinstance(s, bool):
         raise ValueError(f"{what}: expected a decimal string, got {type(s).__name__}")
     try:
-        v = decimal_int(s)
+        v = snarkjs_int(s)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
     if not 0 <= v < p:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
-from ..curves.serialize import decimal_int, g1_from_json, g1_to_json, g2_from_json, g2_to_json
+from ..curves.serialize import snarkjs_int, g1_from_json, g1_to_json, g2_from_json, g2_to_json
 from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, dumps_like_snarkjs, nested_too_deeply, write_text
 from .errors import FormatError
 
@@ -46,7 +46,7 @@ class VerificationKey:
     beta2: Point
     gamma2: Point
     delta2: Point
-    alphabeta_12: Fq12  # e(alpha1, beta2), which snarkjs stores for its verifier
+    alphabeta_12: Fq12 | None  # e(alpha1, beta2) as snarkjs stores it; None from a file without it (no verifier reads it)
     ic: tuple[Point, ...]  # n_public + 1 G1 points
 
 
@@ -69,7 +69,8 @@ def public_to_json(values: Sequence[int]) -> str:
 def vkey_to_json(vkey: VerificationKey) -> str:
     if len(vkey.ic) != vkey.n_public + 1:
         raise ValueError(f"a verification key with n_public = {vkey.n_public} needs {vkey.n_public + 1} IC points, got {len(vkey.ic)}")
-    _check_fq12(vkey.curve, vkey.alphabeta_12, ValueError)
+    if vkey.alphabeta_12 is not None:
+        _check_fq12(vkey.curve, vkey.alphabeta_12, ValueError)
     return dumps_like_snarkjs({
         "protocol": "groth16",
         "curve": vkey.curve.name,
@@ -78,7 +79,8 @@ def vkey_to_json(vkey: VerificationKey) -> str:
         "vk_beta_2": g2_to_json(vkey.beta2),
         "vk_gamma_2": g2_to_json(vkey.gamma2),
         "vk_delta_2": g2_to_json(vkey.delta2),
-        "vk_alphabeta_12": [[[str(c) for c in fq2] for fq2 in fq6] for fq6 in vkey.alphabeta_12],
+        **({} if vkey.alphabeta_12 is None else
+           {"vk_alphabeta_12": [[[str(c) for c in fq2] for fq2 in fq6] for fq6 in vkey.alphabeta_12]}),
         "IC": [g1_to_json(P) for P in vkey.ic],
     })  # fmt: skip
 
@@ -173,7 +175,7 @@ def parse_public(obj: Any, source: str | os.PathLike | None = None, curve: Curve
         if isinstance(v, bool) or not isinstance(v, (str, int)):
             raise FormatError(source, f"entry #{i}: expected a decimal string, got {v!r}")
         try:
-            x = decimal_int(v)
+            x = snarkjs_int(v)
         except ValueError as exc:
             raise FormatError(source, f"entry #{i}: {exc}") from None
         if x < 0 or (curve is not None and x >= curve.r):
@@ -198,8 +200,10 @@ def parse_vkey(obj: Any, source: str | os.PathLike | None = None) -> Verificatio
         got = len(ic) if isinstance(ic, list) else type(ic).__name__
         raise FormatError(source, f"nPublic = {n_public} needs {n_public + 1} points, got {got}", "IC")
     ic_points = tuple(_point(curve, 1, P, f"IC[{i}]", source) for i, P in enumerate(ic))
-    raw = _field(obj, "vk_alphabeta_12", source)
-    alphabeta = _check_fq12(curve, raw, lambda msg: FormatError(source, msg, "vk_alphabeta_12"))
+    # snarkjs's verifier never reads vk_alphabeta_12 (nor does cuzk's: prover.verify recomputes it): a key without it
+    # verifies there, so here too; one that has it must hold an Fq12 element
+    raw = obj.get("vk_alphabeta_12")
+    alphabeta = None if raw is None else _check_fq12(curve, raw, lambda msg: FormatError(source, msg, "vk_alphabeta_12"))
     return VerificationKey(
         curve=curve,
         n_public=n_public,
