@@ -19,7 +19,7 @@ from typing import Any
 
 from ..curves import Curve, UnknownCurveError, curve_by_name
 from ..curves.ec import Point
-from ..curves.serialize import snarkjs_int, g1_from_json, g1_to_json, g2_from_json, g2_to_json
+from ..curves.serialize import g1_from_json, g1_to_json, g2_from_json, g2_to_json, snarkjs_int
 from ..json_text import MAX_NESTING, TOO_MANY_DIGITS, dumps_like_snarkjs, nested_too_deeply, write_text
 from .errors import FormatError
 

@@ -69,22 +69,21 @@ def vkey_from_zkey(zkey: ZKey) -> VerificationKey:
     """The verification key snarkjs's ``zkey export verificationkey`` would write (needs the IC points), its points
     checked as :func:`prepare_vkey` checks them: a key no verifier takes (a point at infinity or outside its
     subgroup; the reader checks only that they are on their curves) is the zkey's FormatError, not exported."""
+    _check_key_points(zkey, GROTH16_HEADER, [(zkey.alpha1, 1, "alpha1"), (zkey.beta2, 2, "beta2"),
+                                             (zkey.gamma2, 2, "gamma2"), (zkey.delta2, 2, "delta2")], allow_infinity=False)
+    vkey = _vkey_from_zkey(zkey, alphabeta(zkey.curve, zkey.alpha1, zkey.beta2))
+    _check_key_points(zkey, IC, [(P, 1, f"IC[{i}]") for i, P in enumerate(vkey.ic)])
+    return vkey
+
+
+def _check_key_points(zkey: ZKey, section: int, points: list[tuple[Point, int, str]], allow_infinity: bool = True) -> None:
+    """:func:`_check_point` on points of ``zkey``'s ``section``: a failure is the key file's FormatError."""
     E = engine(zkey.curve)
     try:
-        for P, group, what in ((zkey.alpha1, 1, "alpha1"), (zkey.beta2, 2, "beta2"), (zkey.gamma2, 2, "gamma2"),
-                               (zkey.delta2, 2, "delta2")):
-            _check_point(E, P, group, what, allow_infinity=False)
+        for P, group, what in points:
+            _check_point(E, P, group, what, allow_infinity)
     except VerifyInputError as exc:
-        raise FormatError(zkey.path, str(exc), section_label(GROTH16_HEADER, SECTION_NAMES)) from None
-    ic = zkey.ic_points()
-    try:
-        for i, P in enumerate(ic):
-            _check_point(E, P, 1, f"IC[{i}]")
-    except VerifyInputError as exc:
-        raise FormatError(zkey.path, str(exc), section_label(IC, SECTION_NAMES)) from None
-    return VerificationKey(curve=zkey.curve, n_public=zkey.n_public, alpha1=zkey.alpha1, beta2=zkey.beta2,
-                           gamma2=zkey.gamma2, delta2=zkey.delta2, ic=tuple(ic),
-                           alphabeta_12=alphabeta(zkey.curve, zkey.alpha1, zkey.beta2))
+        raise FormatError(zkey.path, str(exc), section_label(section, SECTION_NAMES)) from None
 
 
 def _vkey_from_zkey(zkey: ZKey, alphabeta_12: Fq12Json) -> VerificationKey:

@@ -113,14 +113,16 @@ class StatusHttpServer:
                 """Other methods get the endpoints' JSON error form (http.server's own answer is an HTML 501 page)."""
                 allowed = "POST" if self.path.startswith(PROVE_PREFIX) else "GET"
                 self.close_connection = True  # a body it may carry stays unread
-                answer = error(405, f"method {self.command} not allowed here: {allowed} {self.path.split('?', 1)[0]}")
-                self._answer(Answer(answer.status, answer.body, headers=(("Allow", allowed),)))
+                refusal = error(405, f"method {self.command} not allowed here: {allowed} {self.path.split('?', 1)[0]}")
+                self._answer(Answer(405, refusal.body, headers=(("Allow", allowed),)))
 
             do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
-            def do_HEAD(self):  # noqa: N802 — a probe's HEAD /healthz: GET's status and headers, no body
-                self._head = True
-                self.do_GET() if not self.path.startswith(PROVE_PREFIX) else self._not_allowed()
+            def do_HEAD(self):  # noqa: N802 — a probe's HEAD /healthz: GET's status and headers (``_send`` drops the body)
+                if self.path.startswith(PROVE_PREFIX):
+                    self._not_allowed()
+                else:
+                    self.do_GET()
 
             def _answer(self, answer: Answer) -> None:
                 self._send(answer.status, answer.content_type, answer.body, answer.headers)
@@ -132,7 +134,7 @@ class StatusHttpServer:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                if not getattr(self, "_head", False):
+                if self.command != "HEAD":
                     self.wfile.write(body)
 
             def address_string(self) -> str:
